@@ -1,0 +1,73 @@
+"""The one interface every backend implements.
+
+A backend loads one artifact onto one device, describes its tensors, runs one
+already-batched set of inputs, reports its memory and frees itself. It never
+parses requests, never batches and never touches metrics.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from gateway.proto import model_config_pb2 as mc
+
+
+class BackendUnavailable(Exception):
+    """The backend or the device it needs cannot be used here; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    kind: str = "cpu"  # "cpu" or "gpu"
+    index: int = 0
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"gpu:{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor as the artifact declares it; -1 marks a dimension of any size."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+class Backend(ABC):
+    # The file a version directory holds when the config names no default_model_filename.
+    default_filename: ClassVar[str]
+
+    def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
+        self.artifact = artifact
+        self.config = config
+        self.device = device
+
+    @classmethod
+    def gpu_capable(cls) -> bool:
+        """Whether this backend, as installed here, can run on a GPU."""
+        return False
+
+    @abstractmethod
+    def inputs(self) -> list[TensorSpec]:
+        """The artifact's inputs, batch dimension included where it has one."""
+
+    @abstractmethod
+    def outputs(self) -> list[TensorSpec]:
+        """The artifact's outputs, batch dimension included where it has one."""
+
+    @abstractmethod
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        """Run one batch. BF16 tensors are uint16 bit patterns, BYTES are object arrays."""
+
+    def memory_bytes(self) -> int:
+        """Memory the loaded model holds (host or device); 0 when unknown."""
+        return 0
+
+    def unload(self) -> None:
+        """Free everything the model holds. The object is not used afterwards."""

@@ -1,0 +1,136 @@
+"""The `accel-gateway` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from gateway import __version__
+from gateway.repository import CONTROL_MODES
+from gateway.server import Gateway, ServerOptions
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
+def _port(value: str) -> int:
+    number = int(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="accel-gateway", description="KServe V2 / Triton-protocol inference gateway"
+    )
+    parser.add_argument("--version", action="version", version=f"accel-gateway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
+    serve.add_argument(
+        "--model-repository",
+        type=Path,
+        help="Triton-layout model repository (default: the example repository, built on first use)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default %(default)s)"
+    )
+    serve.add_argument("--http-port", type=_port, default=8000, help="default %(default)s")
+    serve.add_argument("--grpc-port", type=_port, default=8001, help="default %(default)s")
+    serve.add_argument("--metrics-port", type=_port, default=8002, help="default %(default)s")
+    serve.add_argument(
+        "--model-control-mode",
+        choices=CONTROL_MODES,
+        default="none",
+        help="none: load all, no load/unload calls; explicit: load what --load-model names, "
+        "load/unload calls allowed; poll: load all and follow changes (default %(default)s)",
+    )
+    serve.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="model to load at start in explicit mode ('*' for all); repeatable",
+    )
+    serve.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        help="seconds between repository scans in poll mode (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-queue-size",
+        type=_positive,
+        default=1024,
+        help="requests one model version may hold pending before answering 503 "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-request-bytes",
+        type=_positive,
+        default=64 * 1024 * 1024,
+        help="largest request body, HTTP or gRPC (default %(default)s)",
+    )
+    serve.add_argument(
+        "--admin-token",
+        help="token that load/unload calls must present as 'Authorization: Bearer <token>'",
+    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def _default_repository() -> Path:
+    from models.build import ensure_example_repository
+
+    return ensure_example_repository(log=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _event_loop_factory():
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    repository = args.model_repository or _default_repository()
+    if not repository.is_dir():
+        print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)
+        return 2
+    options = ServerOptions(
+        model_repository=repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_control_mode=args.model_control_mode,
+        load_models=args.load_model,
+        poll_interval_s=args.repository_poll_secs,
+        max_queue_size=args.max_queue_size,
+        max_body_bytes=args.max_request_bytes,
+        admin_token=args.admin_token,
+    )
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            runner.run(Gateway(options).run())
+    except OSError as exc:
+        print(f"accel-gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

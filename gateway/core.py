@@ -1,0 +1,98 @@
+"""The transport-free server API that both fronts call.
+
+Every V2 operation exists here once, taking and returning plain Python values;
+the HTTP and gRPC fronts only translate to and from their wire formats.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from gateway import SERVER_NAME, __version__
+from gateway.errors import NotFound, PermissionDenied
+from gateway.inference import InferRequest, InferResponse
+from gateway.proto import model_config_pb2 as mc
+from gateway.repository import ModelRepository
+
+# Only extensions this server implements in full are advertised.
+EXTENSIONS = (
+    "binary_tensor_data",
+    "statistics",
+    "model_configuration",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "parameters",
+)
+
+
+class InferenceCore:
+    def __init__(self, repository: ModelRepository, admin_token: str | None = None) -> None:
+        self.repository = repository
+        self.admin_token = admin_token
+        self.started = False  # set once the startup models have been loaded
+        self.stopping = False
+
+    # ---- health and metadata ---------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.started and not self.stopping
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.repository.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.repository.get(name, version)
+        versions = self.repository.models[name].ready_versions()
+        return model.metadata(versions)
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return self.repository.get(name, version).config
+
+    # ---- inference -------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        model = self.repository.get(request.model_name, request.model_version)
+        return await model.infer(request)
+
+    # ---- statistics ------------------------------------------------------------------
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        if not name:
+            return [m.stats.as_dict() for m in self.repository.ready_models()]
+        if version:
+            return [self.repository.get(name, version).stats.as_dict()]
+        entry = self.repository.models.get(name)
+        if entry is None or not entry.ready_versions():
+            raise NotFound(f"unknown model '{name}' or it has no ready version")
+        return [entry.versions[v].model.stats.as_dict() for v in entry.ready_versions()]  # type: ignore[union-attr]
+
+    # ---- repository ------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return self.repository.index(ready_only)
+
+    def check_admin(self, token: str | None) -> None:
+        """Management calls need the admin token when one is configured."""
+        self.repository.check_management_allowed()
+        if self.admin_token and not hmac.compare_digest(token or "", self.admin_token):
+            raise PermissionDenied(
+                "this call needs the admin token: send 'Authorization: Bearer <token>' "
+                "(gRPC metadata 'authorization')"
+            )
+
+    async def load_model(
+        self, name: str, token: str | None, config_json: dict[str, Any] | None = None
+    ) -> None:
+        self.check_admin(token)
+        await self.repository.load(name, config_json)
+
+    async def unload_model(self, name: str, token: str | None) -> None:
+        self.check_admin(token)
+        await self.repository.unload(name)

@@ -1,0 +1,141 @@
+"""V2 datatypes: their numpy form, their config names, and the BYTES wire format.
+
+BF16 has no numpy dtype; it travels as raw 2-byte words and lives in numpy as
+uint16 bit patterns, so it can only cross the wire in binary form.
+BYTES elements are numpy object arrays of `bytes`.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from gateway.errors import InvalidArgument
+
+# V2 datatype -> numpy dtype of its in-memory form.
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(np.uint16),
+    "BYTES": np.dtype(np.object_),
+}
+
+# Wire form of each fixed-size datatype: little-endian, as the V2 binary extension says.
+WIRE_DTYPES: dict[str, np.dtype] = {
+    name: dtype.newbyteorder("<") for name, dtype in NUMPY_DTYPES.items() if name != "BYTES"
+}
+
+# numpy dtype -> V2 datatype, for outputs whose datatype the backend reports by dtype.
+_FROM_NUMPY: dict[np.dtype, str] = {
+    dtype: name for name, dtype in NUMPY_DTYPES.items() if name not in ("BF16", "BYTES")
+}
+
+ALL_DATATYPES = tuple(NUMPY_DTYPES)
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The V2 datatype of a numpy array (object and string arrays are BYTES)."""
+    if array.dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    try:
+        return _FROM_NUMPY[array.dtype]
+    except KeyError:
+        raise InvalidArgument(f"numpy dtype {array.dtype} has no V2 datatype") from None
+
+
+def check_datatype(datatype: str, where: str) -> str:
+    if datatype not in NUMPY_DTYPES:
+        raise InvalidArgument(
+            f"{where}: unknown datatype '{datatype}', expected one of {', '.join(ALL_DATATYPES)}"
+        )
+    return datatype
+
+
+def element_count(shape: tuple[int, ...] | list[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def from_raw(
+    raw: bytes | memoryview, datatype: str, shape: tuple[int, ...], where: str
+) -> np.ndarray:
+    """Turn wire bytes into an array: zero-copy for fixed-size types, parsed for BYTES."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        return deserialize_bytes(raw, count, where).reshape(shape)
+    wire = WIRE_DTYPES[datatype]
+    expected = count * wire.itemsize
+    if len(raw) != expected:
+        raise InvalidArgument(
+            f"{where}: expected {expected} bytes for {datatype} shape {list(shape)}, got {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=wire).reshape(shape)
+
+
+def to_raw(array: np.ndarray, datatype: str) -> bytes:
+    """Serialize an array to its wire bytes (row-major, little-endian)."""
+    if datatype == "BYTES":
+        return serialize_bytes(array)
+    wire = WIRE_DTYPES[datatype]
+    if array.dtype != wire:
+        array = array.astype(wire)
+    return np.ascontiguousarray(array).tobytes()
+
+
+def deserialize_bytes(raw: bytes | memoryview, count: int, where: str) -> np.ndarray:
+    """Parse `count` length-prefixed (uint32 little-endian) elements."""
+    view = memoryview(raw)
+    out = np.empty(count, dtype=np.object_)
+    offset = 0
+    end = len(view)
+    for i in range(count):
+        if offset + 4 > end:
+            raise InvalidArgument(
+                f"{where}: BYTES data ends after {i} of {count} elements "
+                "(each element is a 4-byte little-endian length followed by its bytes)"
+            )
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > end:
+            raise InvalidArgument(
+                f"{where}: BYTES element {i} declares {length} bytes but only {end - offset} remain"
+            )
+        out[i] = bytes(view[offset : offset + length])
+        offset += length
+    if offset != end:
+        raise InvalidArgument(
+            f"{where}: {end - offset} bytes left over after {count} BYTES elements"
+        )
+    return out
+
+
+def as_bytes(element: object) -> bytes:
+    if isinstance(element, bytes):
+        return element
+    if isinstance(element, str):
+        return element.encode()
+    if isinstance(element, (bytearray, memoryview, np.bytes_)):
+        return bytes(element)
+    return str(element).encode()
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    parts: list[bytes] = []
+    for element in array.reshape(-1):
+        data = as_bytes(element)
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)

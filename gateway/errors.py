@@ -1,0 +1,59 @@
+"""Errors that reach a client, each with its HTTP status and gRPC status code.
+
+Everything below the fronts raises these; the fronts turn them into
+`{"error": "..."}` bodies (HTTP) or status details (gRPC) with Triton's mapping.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class GatewayError(Exception):
+    """A failure to report to the client as it is; the message names what went wrong."""
+
+    http_status = 500
+    grpc_code = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(GatewayError):
+    """The request is malformed or does not match the model (shape, datatype, size)."""
+
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(GatewayError):
+    """The model, version or endpoint does not exist."""
+
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class Unavailable(GatewayError):
+    """The model exists but cannot serve now (not ready, queue full, shutting down)."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+
+
+class PayloadTooLarge(GatewayError):
+    """The request body is over the configured limit."""
+
+    http_status = 413
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class PermissionDenied(GatewayError):
+    """A management call without the admin token, or one the control mode forbids."""
+
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Internal(GatewayError):
+    """The backend failed while running a request; the message carries its reason."""

@@ -1,0 +1,199 @@
+"""GRPCInferenceService: each RPC decodes, calls InferenceCore, and encodes."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import orjson
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from gateway.core import InferenceCore
+from gateway.errors import GatewayError, InvalidArgument
+from gateway.grpc.codec import decode_request, encode_response, parameter_value
+from gateway.proto import grpc_service_pb2 as pb
+from gateway.proto import grpc_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+# Requests of one ModelStreamInfer call that may be in flight at once.
+STREAM_IN_FLIGHT = 256
+
+
+def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Turn GatewayErrors into gRPC statuses, and anything else into INTERNAL."""
+
+    @functools.wraps(method)
+    async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        try:
+            return await method(self, request, context)
+        except GatewayError as exc:
+            await context.abort(exc.grpc_code, exc.message)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            log.exception("unexpected error in %s", method.__name__)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+            )
+
+    return wrapper
+
+
+def _token(context: grpc.aio.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and value.lower().startswith("bearer "):
+            return value[7:]
+    return None
+
+
+class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, core: InferenceCore) -> None:
+        self.core = core
+
+    @_rpc
+    async def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=self.core.live())
+
+    @_rpc
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self.core.ready())
+
+    @_rpc
+    async def ModelReady(self, request, context):
+        return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, request.version))
+
+    @_rpc
+    async def ServerMetadata(self, request, context):
+        return pb.ServerMetadataResponse(**self.core.server_metadata())
+
+    @_rpc
+    async def ModelMetadata(self, request, context):
+        data = self.core.model_metadata(request.name, request.version)
+        return pb.ModelMetadataResponse(
+            name=data["name"],
+            versions=data["versions"],
+            platform=data["platform"],
+            inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in data["inputs"]],
+            outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in data["outputs"]],
+        )
+
+    @_rpc
+    async def ModelConfig(self, request, context):
+        config = self.core.model_config(request.name, request.version)
+        return pb.ModelConfigResponse(config=config)
+
+    @_rpc
+    async def ModelStatistics(self, request, context):
+        stats = self.core.statistics(request.name, request.version)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
+
+    @_rpc
+    async def ModelInfer(self, request, context):
+        infer_request = decode_request(request)
+        return encode_response(await self.core.infer(infer_request))
+
+    async def ModelStreamInfer(
+        self, request_iterator, context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Requests of a stream run concurrently; each response carries its request's id."""
+        results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+        tasks: set[asyncio.Task] = set()
+
+        async def answer(message: pb.ModelInferRequest) -> None:
+            try:
+                response = encode_response(await self.core.infer(decode_request(message)))
+                await results.put(pb.ModelStreamInferResponse(infer_response=response))
+            except GatewayError as exc:
+                await results.put(_stream_error(exc.message, message))
+            except Exception as exc:
+                log.exception("unexpected error in ModelStreamInfer")
+                await results.put(
+                    _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
+                )
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            try:
+                async for message in request_iterator:
+                    await slots.acquire()
+                    task = asyncio.create_task(answer(message))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                await results.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await results.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    @_rpc
+    async def RepositoryIndex(self, request, context):
+        rows = self.core.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
+        )
+
+    @_rpc
+    async def RepositoryModelLoad(self, request, context):
+        parameters = {key: parameter_value(value) for key, value in request.parameters.items()}
+        config_json = None
+        if "config" in parameters:
+            try:
+                config_json = orjson.loads(parameters["config"])
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                raise InvalidArgument(
+                    f"load parameter 'config' must be a JSON string: {exc}"
+                ) from None
+        if any(key.startswith("file:") for key in parameters):
+            raise InvalidArgument("loading model files through the load call is not supported")
+        await self.core.load_model(request.model_name, _token(context), config_json)
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(self, request, context):
+        await self.core.unload_model(request.model_name, _token(context))
+        return pb.RepositoryModelUnloadResponse()
+
+
+def _stream_error(message: str, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    # The id lets a client match the error to its request.
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        ),
+    )
+
+
+def add_services(server: grpc.aio.Server, core: InferenceCore) -> HealthServicer:
+    """Register the V2 service and grpc.health.v1 on `server`; returns the health servicer."""
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(core), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    return health
+
+
+async def set_serving(health: HealthServicer, serving: bool) -> None:
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for service in ("", "inference.GRPCInferenceService"):
+        await health.set(service, status)

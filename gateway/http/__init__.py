@@ -1,0 +1,1 @@
+"""The HTTP/REST front: V2 over FastAPI, with the binary tensor extension."""

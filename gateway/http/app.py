@@ -1,0 +1,182 @@
+"""The V2 HTTP routes. Each one decodes, calls InferenceCore, and encodes; nothing more."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway.core import InferenceCore
+from gateway.errors import GatewayError, InvalidArgument, PayloadTooLarge
+from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
+from gateway.model_config import config_to_json
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type=JSON)
+
+
+def error_response(message: str, status: int) -> Response:
+    return json_response({"error": message}, status)
+
+
+def bearer_token(request: Request) -> str | None:
+    value = request.headers.get("authorization", "")
+    return value[7:] if value.lower().startswith("bearer ") else None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it is known to exceed `limit`."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
+    if declared is not None and declared.isdigit():
+        return await request.body()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    body = await read_body(request, limit)
+    if not body.strip():
+        return {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return data
+
+
+def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> FastAPI:
+    app = FastAPI(title="accel-gateway", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(_: Request, exc: GatewayError) -> Response:
+        return error_response(exc.message, exc.http_status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            return error_response(f"no such endpoint: {request.method} {request.url.path}", 404)
+        if exc.status_code == 405:
+            return error_response(f"{request.method} is not allowed on {request.url.path}", 405)
+        return error_response(str(exc.detail), exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> Response:
+        return error_response(f"invalid request: {exc.errors()}", 400)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+    # ---- health and metadata ---------------------------------------------------------
+
+    @app.get("/v2/health/live")
+    async def live() -> Response:
+        return Response(status_code=200 if core.live() else 503)
+
+    @app.get("/v2/health/ready")
+    async def ready() -> Response:
+        return Response(status_code=200 if core.ready() else 503)
+
+    @app.get("/v2")
+    async def server_metadata() -> Response:
+        return json_response(core.server_metadata())
+
+    @app.get("/v2/models/stats")
+    async def all_stats() -> Response:
+        return json_response({"model_stats": core.statistics()})
+
+    @app.get("/v2/models/{name}")
+    @app.get("/v2/models/{name}/versions/{version}")
+    async def model_metadata(name: str, version: str = "") -> Response:
+        return json_response(core.model_metadata(name, version))
+
+    @app.get("/v2/models/{name}/ready")
+    @app.get("/v2/models/{name}/versions/{version}/ready")
+    async def model_ready(name: str, version: str = "") -> Response:
+        return Response(status_code=200 if core.model_ready(name, version) else 503)
+
+    @app.get("/v2/models/{name}/config")
+    @app.get("/v2/models/{name}/versions/{version}/config")
+    async def model_config(name: str, version: str = "") -> Response:
+        return json_response(config_to_json(core.model_config(name, version)))
+
+    @app.get("/v2/models/{name}/stats")
+    @app.get("/v2/models/{name}/versions/{version}/stats")
+    async def model_stats(name: str, version: str = "") -> Response:
+        return json_response({"model_stats": core.statistics(name, version)})
+
+    # ---- inference -------------------------------------------------------------------
+
+    @app.post("/v2/models/{name}/infer")
+    @app.post("/v2/models/{name}/versions/{version}/infer")
+    async def infer(request: Request, name: str, version: str = "") -> Response:
+        body = await read_body(request, max_body_bytes)
+        header_length = request.headers.get(HEADER_LENGTH)
+        if header_length is not None and not header_length.isdigit():
+            raise InvalidArgument(
+                f"Inference-Header-Content-Length must be a byte count, got '{header_length}'"
+            )
+        infer_request = decode_request(
+            body, int(header_length) if header_length is not None else None, name, version
+        )
+        response = await core.infer(infer_request)
+        payload, json_length = encode_response(response, infer_request)
+        if json_length is None:
+            return Response(payload, media_type=JSON)
+        return Response(
+            payload,
+            media_type="application/octet-stream",
+            headers={"Inference-Header-Content-Length": str(json_length)},
+        )
+
+    # ---- repository ------------------------------------------------------------------
+
+    @app.post("/v2/repository/index")
+    async def repository_index(request: Request) -> Response:
+        body = await read_json(request, max_body_bytes)
+        return json_response(core.repository_index(bool(body.get("ready", False))))
+
+    @app.post("/v2/repository/models/{name}/load")
+    async def load(request: Request, name: str) -> Response:
+        body = await read_json(request, max_body_bytes)
+        parameters = body.get("parameters") or {}
+        config_json = None
+        if "config" in parameters:
+            try:
+                config_json = orjson.loads(parameters["config"])
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                raise InvalidArgument(
+                    f"load parameter 'config' must be a JSON string: {exc}"
+                ) from None
+        if any(key.startswith("file:") for key in parameters):
+            raise InvalidArgument("loading model files through the load call is not supported")
+        await core.load_model(name, bearer_token(request), config_json)
+        return Response(status_code=200)
+
+    @app.post("/v2/repository/models/{name}/unload")
+    async def unload(request: Request, name: str) -> Response:
+        await read_json(request, max_body_bytes)
+        await core.unload_model(name, bearer_token(request))
+        return Response(status_code=200)
+
+    return app

@@ -1,0 +1,53 @@
+"""The transport-free request and response that both fronts decode into and encode from.
+
+Nothing here knows HTTP or gRPC. Tensors are numpy arrays in their in-memory form
+(see gateway.datatypes); `datatype` keeps the V2 name because BF16 and BYTES are
+not recoverable from the numpy dtype alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Parameters = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Tensor:
+    name: str
+    datatype: str
+    data: np.ndarray
+    parameters: Parameters = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    name: str
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    parameters: Parameters = field(default_factory=dict)
+    inputs: list[Tensor] = field(default_factory=list)
+    # Empty means "every output of the model".
+    outputs: list[RequestedOutput] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    id: str = ""
+    parameters: Parameters = field(default_factory=dict)
+    outputs: list[Tensor] = field(default_factory=list)

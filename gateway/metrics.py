@@ -1,0 +1,124 @@
+"""Prometheus metrics with Triton's names and labels, read from the statistics at scrape time.
+
+Reading the counters when Prometheus asks keeps the request path free of metric
+updates, and makes the metrics agree with the statistics extension by construction.
+The text is rendered here rather than by prometheus_client because Triton's counters
+carry no `_total` suffix and dashboards query them by those exact names.
+"""
+
+from __future__ import annotations
+
+from gateway.repository import ModelRepository
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_COUNTERS = (
+    ("nv_inference_request_success", "Number of successful inference requests", "success_count"),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (batch rows counted one by one)",
+        "inference_count",
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions (batches) performed",
+        "execution_count",
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds",
+        "request_us",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative time requests spent queued, in microseconds",
+        "queue_us",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds",
+        "compute_input_us",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds",
+        "compute_infer_us",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative compute output duration in microseconds",
+        "compute_output_us",
+    ),
+)
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+def _labels(labels: dict[str, str]) -> str:
+    def escape(value: str) -> str:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    return "{" + ",".join(f'{key}="{escape(value)}"' for key, value in labels.items()) + "}"
+
+
+def _family(name: str, documentation: str, kind: str, samples: list[tuple[dict, int]]) -> str:
+    lines = [f"# HELP {name} {documentation}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{_labels(labels)} {value}" for labels, value in samples]
+    return "\n".join(lines)
+
+
+def render(repository: ModelRepository) -> str:
+    """The Prometheus text exposition of every ready model version."""
+    models = repository.ready_models()
+    families = []
+    for name, documentation, key in _COUNTERS:
+        samples = []
+        for model in models:
+            stats = model.stats
+            values = {
+                "success_count": stats.success.count,
+                "inference_count": stats.inference_count,
+                "execution_count": stats.execution_count,
+                "request_us": (stats.success.ns + stats.fail.ns) // 1000,
+                "queue_us": stats.queue.ns // 1000,
+                "compute_input_us": stats.compute_input.ns // 1000,
+                "compute_infer_us": stats.compute_infer.ns // 1000,
+                "compute_output_us": stats.compute_output.ns // 1000,
+            }
+            samples.append(({"model": model.name, "version": str(model.version)}, values[key]))
+        families.append(_family(name, documentation, "counter", samples))
+    failures, pending = [], []
+    for model in models:
+        labels = {"model": model.name, "version": str(model.version)}
+        for reason in FAILURE_REASONS:
+            count = model.stats.failure_reasons.get(reason, 0)
+            failures.append(({**labels, "reason": reason}, count))
+        pending.append((labels, model.scheduler.pending))
+    families.append(
+        _family(
+            "nv_inference_request_failure",
+            "Number of failed inference requests",
+            "counter",
+            failures,
+        )
+    )
+    families.append(
+        _family(
+            "nv_inference_pending_request_count",
+            "Requests accepted by the scheduler and not yet answered",
+            "gauge",
+            pending,
+        )
+    )
+    return "\n".join(families) + "\n"
+
+
+def create_metrics_app(repository: ModelRepository):
+    """A minimal ASGI app serving GET /metrics."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
+    async def metrics(_request) -> Response:
+        return PlainTextResponse(render(repository), media_type=CONTENT_TYPE)
+
+    return Starlette(routes=[Route("/metrics", metrics)])

@@ -1,0 +1,139 @@
+"""One loaded model version: its config, instances, scheduler and statistics."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from backends import Backend, BackendUnavailable, Device, backend_class
+from gateway.inference import InferRequest, InferResponse
+from gateway.model_config import complete_config, platform_of, v2_datatype
+from gateway.proto import model_config_pb2 as mc
+from gateway.scheduling import DirectScheduler, Instance, InstancePool
+from gateway.statistics import ModelStatistics
+from gateway.validation import RequestRules
+
+log = logging.getLogger(__name__)
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs the driver exposes (0 where there is none)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def instance_devices(config: mc.ModelConfig, gpu_capable: bool) -> list[Device]:
+    """One Device per instance, following Triton's instance_group rules.
+
+    KIND_AUTO (and no instance_group at all) means the GPUs when there are any and
+    the backend can use them here, else one CPU instance.
+    """
+    groups = list(config.instance_group) or [mc.ModelInstanceGroup()]
+    devices: list[Device] = []
+    for group in groups:
+        count = group.count or 1
+        kind = group.kind
+        if kind == mc.ModelInstanceGroup.KIND_AUTO:
+            use_gpu = gpu_capable and gpu_count() > 0
+            kind = mc.ModelInstanceGroup.KIND_GPU if use_gpu else mc.ModelInstanceGroup.KIND_CPU
+        if kind == mc.ModelInstanceGroup.KIND_GPU:
+            available = gpu_count()
+            gpus = list(group.gpus) or list(range(available))
+            if not gpus or any(gpu >= available for gpu in gpus):
+                raise BackendUnavailable(
+                    f"model '{config.name}' asks for KIND_GPU instances on GPUs {gpus or 'any'} "
+                    f"but this machine has {available} GPU(s); use KIND_CPU or KIND_AUTO"
+                )
+            devices += [Device("gpu", gpu) for gpu in gpus for _ in range(count)]
+        elif kind == mc.ModelInstanceGroup.KIND_CPU:
+            devices += [Device("cpu")] * count
+        else:
+            raise BackendUnavailable(
+                f"model '{config.name}': instance_group kind "
+                f"{mc.ModelInstanceGroup.Kind.Name(kind)} is not supported"
+            )
+    return devices
+
+
+class ModelVersion:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        version: int,
+        backends: list[Backend],
+        max_queue_size: int,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.stats = ModelStatistics(config.name, str(version))
+        self.pool = InstancePool(
+            [Instance(b, f"{config.name}-{version}-{i}") for i, b in enumerate(backends)]
+        )
+        self.scheduler = DirectScheduler(
+            self.pool,
+            RequestRules.from_config(config),
+            {t.name: v2_datatype(t.data_type) for t in config.output},
+            self.stats,
+            max_queue_size,
+        )
+
+    @classmethod
+    def load(
+        cls, model_dir: Path, version: int, config: mc.ModelConfig, max_queue_size: int
+    ) -> ModelVersion:
+        """Load every instance (blocking: call from a worker thread)."""
+        config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
+        backend_type = backend_class(platform_of(config))
+        filename = config.default_model_filename or backend_type.default_filename
+        artifact = model_dir / str(version) / filename
+        if not artifact.exists():
+            raise BackendUnavailable(
+                f"model '{config.name}' version {version}: {artifact} is missing"
+            )
+        backends: list[Backend] = []
+        try:
+            for device in instance_devices(config, backend_type.gpu_capable()):
+                backends.append(backend_type(artifact, config, device))
+                if len(backends) == 1:
+                    complete_config(config, backends[0].inputs(), backends[0].outputs())
+        except BaseException:
+            for backend in backends:
+                backend.unload()
+            raise
+        log.info(
+            "loaded model '%s' version %d (%d instance(s))", config.name, version, len(backends)
+        )
+        return cls(config, version, backends, max_queue_size)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self.scheduler.infer(request)
+
+    def metadata(self, versions: list[int]) -> dict[str, Any]:
+        batch = [-1] if self.config.max_batch_size > 0 else []
+
+        def tensors(declared) -> list[dict[str, Any]]:
+            return [
+                {
+                    "name": t.name,
+                    "datatype": v2_datatype(t.data_type),
+                    "shape": batch + list(t.dims),
+                }
+                for t in declared
+            ]
+
+        return {
+            "name": self.name,
+            "versions": [str(v) for v in versions],
+            "platform": platform_of(self.config),
+            "inputs": tensors(self.config.input),
+            "outputs": tensors(self.config.output),
+        }
+
+    def close(self) -> None:
+        """Free the instances (blocking)."""
+        self.pool.close()

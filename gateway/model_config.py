@@ -1,0 +1,244 @@
+"""Model configuration: Triton's ModelConfig read from config.pbtxt or config.yaml.
+
+Reads, checks, completes from the artifact, and renders the config as the JSON
+Triton's HTTP API returns (int64 fields as numbers, every field present).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from google.protobuf import descriptor, json_format, text_format
+
+from backends.base import TensorSpec
+from gateway.errors import InvalidArgument
+from gateway.proto import model_config_pb2 as mc
+
+CONFIG_FILES = ("config.pbtxt", "config.yaml", "config.yml")
+
+# Artifact file name -> platform, for models that come with no config at all.
+_PLATFORM_BY_ARTIFACT = {"model.onnx": "onnxruntime_onnx"}
+
+_V2_TO_CONFIG = {
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BF16": "TYPE_BF16",
+    "BYTES": "TYPE_STRING",
+}
+_CONFIG_TO_V2 = {value: key for key, value in _V2_TO_CONFIG.items()}
+
+
+class ConfigError(InvalidArgument):
+    """A model's configuration is unreadable or inconsistent; the message names the field."""
+
+
+def v2_datatype(data_type: int) -> str:
+    """V2 datatype name (e.g. "FP32") of a config DataType enum value."""
+    name = mc.DataType.Name(data_type)
+    try:
+        return _CONFIG_TO_V2[name]
+    except KeyError:
+        raise ConfigError(f"datatype {name} has no V2 equivalent") from None
+
+
+def config_data_type(datatype: str) -> int:
+    return mc.DataType.Value(_V2_TO_CONFIG[datatype])
+
+
+def parse_config_text(text: str, source: str) -> mc.ModelConfig:
+    config = mc.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return config
+
+
+def parse_config_dict(data: dict[str, Any], source: str) -> mc.ModelConfig:
+    config = mc.ModelConfig()
+    try:
+        json_format.ParseDict(data, config)
+    except json_format.ParseError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return config
+
+
+def read_config(model_dir: Path) -> mc.ModelConfig:
+    """The model's config file, or a minimal config inferred from its artifact."""
+    for filename in CONFIG_FILES:
+        path = model_dir / filename
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        if filename == "config.pbtxt":
+            config = parse_config_text(text, str(path))
+        else:
+            try:
+                data = yaml.safe_load(text) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: expected a mapping of ModelConfig fields")
+            config = parse_config_dict(data, str(path))
+        break
+    else:
+        config = mc.ModelConfig(platform=_infer_platform(model_dir))
+    if not config.name:
+        config.name = model_dir.name
+    elif config.name != model_dir.name:
+        raise ConfigError(
+            f"{model_dir}: config names the model '{config.name}' but its directory is "
+            f"'{model_dir.name}'; they must match"
+        )
+    check_config(config)
+    return config
+
+
+def _infer_platform(model_dir: Path) -> str:
+    for version_dir in sorted(model_dir.iterdir()):
+        for artifact, platform in _PLATFORM_BY_ARTIFACT.items():
+            if (version_dir / artifact).exists():
+                return platform
+    raise ConfigError(
+        f"{model_dir}: no config.pbtxt or config.yaml, and no artifact to infer a platform from"
+    )
+
+
+def platform_of(config: mc.ModelConfig) -> str:
+    return config.platform or config.backend
+
+
+def check_config(config: mc.ModelConfig) -> None:
+    where = f"model '{config.name}'"
+    if not platform_of(config):
+        raise ConfigError(f"{where}: config sets neither 'platform' nor 'backend'")
+    if config.max_batch_size < 0:
+        raise ConfigError(f"{where}: max_batch_size must be >= 0, got {config.max_batch_size}")
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        seen: set[str] = set()
+        for tensor in tensors:
+            if not tensor.name:
+                raise ConfigError(f"{where}: an {kind} has no name")
+            if tensor.name in seen:
+                raise ConfigError(f"{where}: {kind} '{tensor.name}' is declared twice")
+            seen.add(tensor.name)
+            if tensor.data_type == mc.TYPE_INVALID:
+                raise ConfigError(f"{where}: {kind} '{tensor.name}' has no data_type")
+            if any(dim < -1 or dim == 0 for dim in tensor.dims):
+                raise ConfigError(
+                    f"{where}: {kind} '{tensor.name}' dims {list(tensor.dims)} must be "
+                    "positive or -1"
+                )
+            if tensor.HasField("reshape") and (
+                _count(tensor.reshape.shape) != _count(tensor.dims) and -1 not in tensor.dims
+            ):
+                raise ConfigError(
+                    f"{where}: {kind} '{tensor.name}' reshape {list(tensor.reshape.shape)} "
+                    f"holds a different element count than dims {list(tensor.dims)}"
+                )
+
+
+def _count(dims) -> int:
+    total = 1
+    for dim in dims:
+        total *= dim
+    return total
+
+
+def complete_config(
+    config: mc.ModelConfig, inputs: list[TensorSpec], outputs: list[TensorSpec]
+) -> None:
+    """Fill missing inputs/outputs from the artifact; check declared ones against it."""
+    batched = config.max_batch_size > 0
+    for kind, declared, specs in (
+        ("input", config.input, inputs),
+        ("output", config.output, outputs),
+    ):
+        by_name = {spec.name: spec for spec in specs}
+        if len(declared) == 0:
+            for spec in specs:
+                dims = spec.shape[1:] if batched else spec.shape
+                tensor = declared.add(name=spec.name, data_type=config_data_type(spec.datatype))
+                tensor.dims.extend(dims)
+            continue
+        for tensor in declared:
+            spec = by_name.get(tensor.name)
+            if spec is None:
+                raise ConfigError(
+                    f"model '{config.name}': config declares {kind} '{tensor.name}' but the "
+                    f"artifact's {kind}s are: {', '.join(by_name) or 'none'}"
+                )
+            if v2_datatype(tensor.data_type) != spec.datatype:
+                raise ConfigError(
+                    f"model '{config.name}': {kind} '{tensor.name}' is "
+                    f"{mc.DataType.Name(tensor.data_type)} in the config but "
+                    f"{spec.datatype} in the artifact"
+                )
+        if kind == "input":
+            missing = [name for name in by_name if name not in {t.name for t in declared}]
+            if missing:
+                raise ConfigError(
+                    f"model '{config.name}': the artifact needs inputs the config does not "
+                    f"declare: {', '.join(missing)}"
+                )
+
+
+def config_to_json(config: mc.ModelConfig) -> dict[str, Any]:
+    """The config as Triton's HTTP API shows it: every field, int64 values as numbers."""
+    data = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _int64_as_numbers(config, data)
+
+
+def _int64_as_numbers(message, data: dict[str, Any]) -> dict[str, Any]:
+    # Protobuf's JSON writes 64-bit integers as strings; Triton's clients expect numbers.
+    for field in message.DESCRIPTOR.fields:
+        if field.name not in data:
+            continue
+        value = getattr(message, field.name)
+        if field.type == descriptor.FieldDescriptor.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                key_field = field.message_type.fields_by_name["key"]
+                value_field = field.message_type.fields_by_name["value"]
+                if value_field.type == descriptor.FieldDescriptor.TYPE_MESSAGE:
+                    # JSON map keys are strings; integer-keyed maps need the int back.
+                    as_key = (
+                        int
+                        if key_field.cpp_type != descriptor.FieldDescriptor.CPPTYPE_STRING
+                        else str
+                    )
+                    data[field.name] = {
+                        key: _int64_as_numbers(value[as_key(key)], item)
+                        for key, item in data[field.name].items()
+                    }
+            elif field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+                data[field.name] = [
+                    _int64_as_numbers(item, item_data)
+                    for item, item_data in zip(value, data[field.name], strict=True)
+                ]
+            else:
+                data[field.name] = _int64_as_numbers(value, data[field.name])
+        elif field.cpp_type in (
+            descriptor.FieldDescriptor.CPPTYPE_INT64,
+            descriptor.FieldDescriptor.CPPTYPE_UINT64,
+        ):
+            if field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+                data[field.name] = [int(item) for item in data[field.name]]
+            else:
+                data[field.name] = int(data[field.name])
+    return data

@@ -1,0 +1,95 @@
+"""Regenerate gateway/proto/*_pb2*.py from protos/*.proto.
+
+    python -m gateway.proto.regenerate           # rewrite the committed modules
+    python -m gateway.proto.regenerate --check   # exit 1 if they are out of date
+
+protoc's output is post-processed: its absolute imports (``import model_config_pb2``)
+become package-relative, and descriptors go to ``gateway.proto.POOL`` instead of the
+default pool, so these modules can be imported next to tritonclient's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import sys
+import tempfile
+from pathlib import Path
+
+from grpc_tools import protoc
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent.parent
+PROTO_DIR = REPO_ROOT / "protos"
+PROTOS = ("model_config.proto", "grpc_service.proto")
+SERVICE_PROTOS = ("grpc_service.proto",)  # the only ones that declare a service
+OUTPUTS = ("grpc_service_pb2.py", "grpc_service_pb2_grpc.py", "model_config_pb2.py")
+
+# (old, new, applies to) substitutions made on protoc's output; each must match.
+_REWRITES = (
+    ("import model_config_pb2 as", "from . import model_config_pb2 as", "grpc_service_pb2.py"),
+    ("import grpc_service_pb2 as", "from . import grpc_service_pb2 as", "grpc_service_pb2_grpc.py"),
+    ("_descriptor_pool.Default()", "_POOL", "_pb2.py"),
+    (
+        "from google.protobuf import descriptor_pool as _descriptor_pool\n",
+        "from google.protobuf import descriptor_pool as _descriptor_pool\n"
+        "from . import POOL as _POOL\n",
+        "_pb2.py",
+    ),
+)
+
+
+def _protoc(*args: str) -> None:
+    include = importlib.resources.files("grpc_tools") / "_proto"
+    if protoc.main(["grpc_tools.protoc", f"-I{PROTO_DIR}", f"-I{include}", *args]) != 0:
+        raise RuntimeError(f"protoc failed: {' '.join(args)}")
+
+
+def generate(out_dir: Path) -> list[Path]:
+    """Generate the modules into ``out_dir``; return the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        _protoc(f"--python_out={tmp}", *(str(PROTO_DIR / p) for p in PROTOS))
+        _protoc(f"--grpc_python_out={tmp}", *(str(PROTO_DIR / p) for p in SERVICE_PROTOS))
+        written = []
+        for name in OUTPUTS:
+            text = (Path(tmp) / name).read_text()
+            for old, new, suffix in _REWRITES:
+                if name.endswith(suffix):
+                    if old not in text:
+                        raise RuntimeError(f"{name}: expected {old!r} in protoc output")
+                    text = text.replace(old, new)
+            path = out_dir / name
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
+def stale_files() -> list[str]:
+    """Repository-relative paths of committed modules that differ from fresh output."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate(Path(tmp))
+        return [
+            str((PACKAGE_DIR / f.name).relative_to(REPO_ROOT))
+            for f in fresh
+            if not (PACKAGE_DIR / f.name).is_file()
+            or (PACKAGE_DIR / f.name).read_bytes() != f.read_bytes()
+        ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report stale modules")
+    args = parser.parse_args(argv)
+    if not args.check:
+        for path in generate(PACKAGE_DIR):
+            print(f"wrote {path.relative_to(REPO_ROOT)}")
+        return 0
+    stale = stale_files()
+    for name in stale:
+        print(f"stale: {name} (run: python -m gateway.proto.regenerate)", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""The model repository: which models exist on disk, which versions are loaded, and why not.
+
+Triton's layout (`<root>/<model>/config.pbtxt`, `<root>/<model>/<version>/<artifact>`)
+and Triton's control modes:
+- none: load everything at start; load/unload calls are refused.
+- explicit: load what `--load-model` names at start; load/unload calls allowed.
+- poll: load everything at start and follow changes on disk; load/unload refused.
+A model that fails to load is recorded with its reason; it never stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from gateway.model import ModelVersion
+from gateway.model_config import parse_config_dict, read_config
+from gateway.proto import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
+
+CONTROL_MODES = ("none", "explicit", "poll")
+
+
+@dataclass(slots=True)
+class VersionState:
+    state: str  # READY, LOADING, UNLOADING, UNAVAILABLE
+    reason: str = ""
+    model: ModelVersion | None = None
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    name: str
+    versions: dict[int, VersionState] = field(default_factory=dict)
+    fingerprint: tuple = ()  # what the files looked like when last loaded (poll mode)
+    error: str = ""  # why the model as a whole (its config) could not load
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def ready_versions(self) -> list[int]:
+        return sorted(v for v, s in self.versions.items() if s.state == "READY")
+
+
+def available_versions(model_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def versions_to_load(config: mc.ModelConfig, available: list[int]) -> list[int]:
+    """Apply the config's version_policy (default: the latest one) to what is on disk."""
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return available
+    if choice == "specific":
+        missing = [v for v in policy.specific.versions if v not in available]
+        if missing:
+            raise InvalidArgument(
+                f"model '{config.name}': version_policy names version(s) {missing} that have "
+                f"no directory; present: {available}"
+            )
+        return sorted(policy.specific.versions)
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return available[-max(count, 1) :]
+
+
+def fingerprint(model_dir: Path) -> tuple:
+    """File names, sizes and mtimes under a model directory, to notice changes."""
+    stats = []
+    for path in sorted(model_dir.rglob("*")):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        stats.append((str(path.relative_to(model_dir)), info.st_size, info.st_mtime_ns))
+    return tuple(stats)
+
+
+class ModelRepository:
+    def __init__(self, root: Path, control_mode: str = "none", max_queue_size: int = 1024) -> None:
+        if control_mode not in CONTROL_MODES:
+            raise ValueError(
+                f"model control mode must be one of {CONTROL_MODES}, not {control_mode}"
+            )
+        self.root = root
+        self.control_mode = control_mode
+        self.max_queue_size = max_queue_size
+        self.models: dict[str, ModelEntry] = {}
+
+    # ---- queries -------------------------------------------------------------------
+
+    def model_names_on_disk(self) -> list[str]:
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The READY model version a request asks for ('' means the latest ready one)."""
+        entry = self.models.get(name)
+        if entry is None or not entry.versions:
+            raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
+        if version == "":
+            ready = entry.ready_versions()
+            if not ready:
+                states = ", ".join(
+                    f"{v}: {s.state} {s.reason}".strip() for v, s in entry.versions.items()
+                )
+                raise Unavailable(f"model '{name}' has no ready version ({states})")
+            return entry.versions[ready[-1]].model  # type: ignore[return-value]
+        try:
+            number = int(version)
+        except ValueError:
+            raise InvalidArgument(f"model version must be an integer, got '{version}'") from None
+        state = entry.versions.get(number)
+        if state is None:
+            raise NotFound(
+                f"model '{name}' has no version {number}; loaded versions: "
+                f"{sorted(entry.versions) or 'none'}"
+            )
+        if state.state != "READY":
+            raise Unavailable(
+                f"model '{name}' version {number} is not ready: {state.state} {state.reason}".strip()
+            )
+        return state.model  # type: ignore[return-value]
+
+    def _loaded_hint(self) -> str:
+        ready = [name for name, e in self.models.items() if e.ready_versions()]
+        return f"; ready models: {', '.join(ready)}" if ready else "; no model is ready"
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except GatewayError:
+            return False
+        return True
+
+    def ready_models(self) -> list[ModelVersion]:
+        return [
+            state.model
+            for entry in self.models.values()
+            for state in entry.versions.values()
+            if state.model is not None and state.state == "READY"
+        ]
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        names = sorted(set(self.model_names_on_disk()) | set(self.models))
+        for name in names:
+            entry = self.models.get(name)
+            if entry is None or not entry.versions:
+                if not ready_only:
+                    state = "UNAVAILABLE" if entry is not None and entry.error else ""
+                    reason = entry.error if entry is not None else ""
+                    rows.append({"name": name, "version": "", "state": state, "reason": reason})
+                continue
+            for version, state in sorted(entry.versions.items()):
+                if ready_only and state.state != "READY":
+                    continue
+                rows.append(
+                    {
+                        "name": name,
+                        "version": str(version),
+                        "state": state.state,
+                        "reason": state.reason,
+                    }
+                )
+        return rows
+
+    # ---- loading -------------------------------------------------------------------
+
+    async def load_startup_models(self, names: list[str]) -> None:
+        """Load what the control mode says to load at start (all models, or the named ones)."""
+        if self.control_mode == "explicit":
+            targets = self.model_names_on_disk() if "*" in names else names
+        else:
+            targets = self.model_names_on_disk()
+        for name in targets:
+            try:
+                await self.load(name)
+            except GatewayError as exc:
+                log.error("model '%s' did not load: %s", name, exc.message)
+
+    def check_management_allowed(self) -> None:
+        if self.control_mode != "explicit":
+            raise PermissionDenied(
+                f"explicit model load / unload is not allowed in model control mode "
+                f"'{self.control_mode}'; start the server with --model-control-mode explicit"
+            )
+
+    async def load(self, name: str, config_json: dict[str, Any] | None = None) -> None:
+        """Load (or reload) a model's versions; new versions are ready before old ones go."""
+        model_dir = self.root / name
+        if not (model_dir.is_dir() and name and "/" not in name and not name.startswith(".")):
+            raise NotFound(f"model '{name}' is not in the repository {self.root}")
+        entry = self.models.setdefault(name, ModelEntry(name))
+        async with entry.lock:
+            try:
+                config = (
+                    parse_config_dict(config_json, f"config override for '{name}'")
+                    if config_json is not None
+                    else read_config(model_dir)
+                )
+                if config_json is not None and not config.name:
+                    config.name = name
+                wanted = versions_to_load(config, available_versions(model_dir))
+                if not wanted:
+                    raise InvalidArgument(f"model '{name}' has no version directory in {model_dir}")
+            except GatewayError as exc:
+                # Versions already serving keep serving; the index shows why the reload failed.
+                entry.error = exc.message
+                raise
+            entry.error = ""
+            entry.fingerprint = fingerprint(model_dir)
+            old = entry.versions
+            new: dict[int, VersionState] = {}
+            for version in wanted:
+                new[version] = VersionState("LOADING")
+            entry.versions = {**{v: s for v, s in old.items() if v not in new}, **new}
+            errors = []
+            for version in wanted:
+                try:
+                    model = await asyncio.to_thread(
+                        ModelVersion.load, model_dir, version, config, self.max_queue_size
+                    )
+                except Exception as exc:  # any backend failure only fails this model
+                    reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+                    log.error("model '%s' version %d failed to load: %s", name, version, reason)
+                    new[version] = VersionState("UNAVAILABLE", reason)
+                    errors.append(reason)
+                else:
+                    new[version] = VersionState("READY", model=model)
+            entry.versions = new
+            await self._close_versions(
+                [s for v, s in old.items() if s.model and new.get(v) is not s]
+            )
+            if errors:
+                raise Unavailable(f"failed to load model '{name}': {'; '.join(errors)}")
+
+    async def unload(self, name: str) -> None:
+        entry = self.models.get(name)
+        if entry is None:
+            raise NotFound(f"unknown model '{name}'")
+        async with entry.lock:
+            old = entry.versions
+            for state in old.values():
+                state.state = "UNLOADING"
+            await self._close_versions(list(old.values()))
+            entry.versions = {v: VersionState("UNAVAILABLE", "unloaded") for v in old}
+
+    async def _close_versions(self, states: list[VersionState]) -> None:
+        for state in states:
+            if state.model is not None:
+                model, state.model = state.model, None
+                await _drain(model)
+                await asyncio.to_thread(model.close)
+
+    async def unload_all(self) -> None:
+        for name in list(self.models):
+            await self.unload(name)
+
+    async def poll(self) -> None:
+        """One pass of poll mode: load new or changed models, unload removed ones."""
+        on_disk = set(self.model_names_on_disk())
+        for name in sorted(on_disk):
+            entry = self.models.get(name)
+            if entry is None or entry.fingerprint != fingerprint(self.root / name):
+                try:
+                    await self.load(name)
+                except GatewayError as exc:
+                    log.error("model '%s' did not load: %s", name, exc.message)
+        for name in sorted(set(self.models) - on_disk):
+            if self.models[name].versions:
+                await self.unload(name)
+                del self.models[name]
+
+
+async def _drain(model: ModelVersion, timeout_s: float = 30.0) -> None:
+    """Let requests already accepted finish before the instances go away."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while model.scheduler.pending and loop.time() < deadline:
+        await asyncio.sleep(0.01)

@@ -1,0 +1,10 @@
+"""Scheduling: how requests of one model version reach its instances.
+
+The seam is small on purpose: a scheduler takes an InferRequest and returns an
+InferResponse; an instance runs one batch. Neither knows the other's details.
+"""
+
+from gateway.scheduling.direct import DirectScheduler
+from gateway.scheduling.instances import Instance, InstancePool
+
+__all__ = ["DirectScheduler", "Instance", "InstancePool"]

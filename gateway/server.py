@@ -1,0 +1,157 @@
+"""One process, one event loop: the HTTP, gRPC and metrics listeners around one InferenceCore."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import uvicorn
+
+from gateway import __version__
+from gateway.core import InferenceCore
+from gateway.grpc.service import add_services, set_serving
+from gateway.http.app import create_app
+from gateway.metrics import create_metrics_app
+from gateway.repository import ModelRepository
+
+log = logging.getLogger("accel_gateway")
+
+
+@dataclass
+class ServerOptions:
+    model_repository: Path
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    poll_interval_s: float = 15.0
+    max_queue_size: int = 1024  # per model version: requests waiting or running
+    max_body_bytes: int = 64 * 1024 * 1024
+    admin_token: str | None = None
+
+
+class _Uvicorn(uvicorn.Server):
+    # The gateway owns signal handling for all its listeners.
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def _uvicorn(app, host: str, port: int) -> _Uvicorn:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=30,
+    )
+    return _Uvicorn(config)
+
+
+class Gateway:
+    """The running server; `start()` then `stop()`, or `run()` until a signal."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.repository = ModelRepository(
+            options.model_repository, options.model_control_mode, options.max_queue_size
+        )
+        self.core = InferenceCore(self.repository, options.admin_token)
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        options = self.options
+        self.grpc_server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", options.max_body_bytes),
+                ("grpc.max_send_message_length", options.max_body_bytes),
+            ]
+        )
+        self.health = add_services(self.grpc_server, self.core)
+        address = f"{options.host}:{options.grpc_port}"
+        try:
+            self.grpc_server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+        await self.grpc_server.start()
+        await set_serving(self.health, False)
+
+        self.http = _uvicorn(
+            create_app(self.core, options.max_body_bytes), options.host, options.http_port
+        )
+        self.metrics = _uvicorn(
+            create_metrics_app(self.repository), options.host, options.metrics_port
+        )
+        for server in (self.http, self.metrics):
+            self._tasks.append(asyncio.create_task(server.serve()))
+        while not (self.http.started and self.metrics.started):
+            for task in self._tasks:
+                if task.done():  # uvicorn exits (SystemExit) when it cannot bind
+                    raise OSError(
+                        f"cannot listen on {options.host}:{options.http_port} (HTTP) or "
+                        f":{options.metrics_port} (metrics); is another server running?"
+                    )
+            await asyncio.sleep(0.01)
+
+        await self.repository.load_startup_models(options.load_models)
+        if options.model_control_mode == "poll":
+            self._tasks.append(asyncio.create_task(self._poll()))
+        self.core.started = True
+        await set_serving(self.health, True)
+        ready = [m.name for m in self.repository.ready_models()]
+        log.info(
+            "accel-gateway %s: HTTP %s:%d, gRPC %s:%d, metrics %s:%d; %d model version(s) ready: %s",
+            __version__,
+            options.host,
+            options.http_port,
+            options.host,
+            options.grpc_port,
+            options.host,
+            options.metrics_port,
+            len(ready),
+            ", ".join(sorted(set(ready))) or "none",
+        )
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.poll_interval_s)
+            try:
+                await self.repository.poll()
+            except Exception:  # a bad repository state must not end polling
+                log.exception("repository poll failed")
+
+    async def stop(self) -> None:
+        self.core.stopping = True
+        await set_serving(self.health, False)
+        for server in (self.http, self.metrics):
+            server.should_exit = True
+        await self.grpc_server.stop(grace=5)
+        for task in self._tasks:
+            if not task.done() and task.get_coro().__name__ == "_poll":
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.repository.unload_all()
+        log.info("accel-gateway stopped")
+
+    async def run(self) -> None:
+        """Serve until SIGINT or SIGTERM."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+        finally:
+            await self.stop()

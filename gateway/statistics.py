@@ -1,0 +1,106 @@
+"""Per model-version counters for the V2 statistics extension and Prometheus.
+
+Durations are nanoseconds, as the statistics extension reports them. Updates
+happen on the event loop thread only, so plain integers need no lock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ModelStatistics:
+    """Counts for one model version, in the shape of the statistics extension."""
+
+    name: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0  # rows (batch elements) inferred
+    execution_count: int = 0  # backend runs
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchStats] = field(default_factory=dict)
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+
+    def record_success(self, request_ns: int, queue_ns: int) -> None:
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+
+    def record_failure(self, request_ns: int, reason: str) -> None:
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.fail.add(request_ns)
+        self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + 1
+
+    def record_execution(
+        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """One backend run of `batch_size` rows serving `requests` requests."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        # The per-request compute durations are shared among the requests of the batch.
+        self.compute_input.add(input_ns, requests)
+        self.compute_infer.add(infer_ns, requests)
+        self.compute_output.add(output_ns, requests)
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = BatchStats()
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The statistics extension's JSON for this version."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.as_dict(),
+                "fail": self.fail.as_dict(),
+                "queue": self.queue.as_dict(),
+                "compute_input": self.compute_input.as_dict(),
+                "compute_infer": self.compute_infer.as_dict(),
+                "compute_output": self.compute_output.as_dict(),
+                "cache_hit": {"count": 0, "ns": 0},
+                "cache_miss": {"count": 0, "ns": 0},
+            },
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.as_dict(),
+                    "compute_infer": stats.compute_infer.as_dict(),
+                    "compute_output": stats.compute_output.as_dict(),
+                }
+                for size, stats in sorted(self.batches.items())
+            ],
+        }

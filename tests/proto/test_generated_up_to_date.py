@@ -1,0 +1,7 @@
+"""The committed gateway/proto/*_pb2*.py must match what protos/*.proto generate."""
+
+from gateway.proto.regenerate import stale_files
+
+
+def test_generated_modules_are_up_to_date() -> None:
+    assert stale_files() == [], "run: python -m gateway.proto.regenerate"
