@@ -53,6 +53,12 @@ class Backend(ABC):
         """Whether this backend, as installed here, can run on a GPU."""
         return False
 
+    @classmethod
+    def inline_capable(cls) -> bool:
+        """Whether short runs may execute on the event loop's thread rather than the
+        instance's own (false for frameworks that bind state to the loading thread)."""
+        return False
+
     @abstractmethod
     def inputs(self) -> list[TensorSpec]:
         """The artifact's inputs, batch dimension included where it has one."""

@@ -193,6 +193,10 @@ class OnnxRuntimeBackend(Backend):
         self._bf16_inputs = {s.name for s in self._inputs if s.datatype == "BF16"}
 
     @classmethod
+    def inline_capable(cls) -> bool:
+        return True  # an InferenceSession may be run from any thread
+
+    @classmethod
     def gpu_capable(cls) -> bool:
         return "CUDAExecutionProvider" in ort.get_available_providers()
 
