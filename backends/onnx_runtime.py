@@ -88,6 +88,10 @@ def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     options.graph_optimization_level = _GRAPH_LEVELS.get(
         config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     )
+    # Spinning pool threads would steal the core the event loop needs between requests;
+    # a config can turn spinning back on with the same key.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     # Triton passes `session.*` parameters straight to the session's config entries.
     for key, value in config.parameters.items():
         if key.startswith("session."):

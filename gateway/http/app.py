@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.core import InferenceCore
 from gateway.errors import GatewayError, InvalidArgument, PayloadTooLarge
-from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
+from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json
 from gateway.model_config import config_to_json
 
 log = logging.getLogger(__name__)
@@ -54,10 +54,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     body = await read_body(request, limit)
     if not body.strip():
         return {}
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"the request body is not valid JSON: {exc}") from None
+    data = parse_json(body)
     if not isinstance(data, dict):
         raise InvalidArgument("the request body must be a JSON object")
     return data

@@ -7,6 +7,7 @@ views of the body (no copy); JSON data goes through numpy in one call.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,18 @@ from gateway.errors import InvalidArgument
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 
 HEADER_LENGTH = "inference-header-content-length"
+
+
+def parse_json(data: bytes) -> Any:
+    """Parse JSON, accepting NaN and Infinity as Triton does (clients send them for floats)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # the slow path: only bodies with non-finite floats, or invalid ones, come here
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"the request's JSON is not valid: {exc}") from None
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -43,11 +56,7 @@ def decode_request(
             f"Inference-Header-Content-Length is {header_length} but the body has {len(body)} bytes"
         )
     header_bytes = body if header_length is None else body[:header_length]
-    try:
-        header = orjson.loads(header_bytes)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"the request's JSON header is not valid JSON: {exc}") from None
-    header = _object(header, "the request body")
+    header = _object(parse_json(header_bytes), "the request body")
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("the request needs an 'inputs' list")
@@ -181,4 +190,7 @@ def _json_data(tensor: Tensor) -> Any:
                 f"output '{tensor.name}' holds bytes that are not UTF-8; request it as binary "
                 "data (parameter binary_data: true)"
             ) from None
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        # orjson would write null; Triton writes NaN / Infinity, which clients parse back.
+        return orjson.Fragment(json.dumps(flat.tolist()))
     return np.ascontiguousarray(flat)
