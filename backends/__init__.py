@@ -25,7 +25,9 @@ def backend_class(name: str) -> type[Backend]:
         module_name, class_name, extra = PLATFORMS[name]
     except KeyError:
         known = ", ".join(sorted(PLATFORMS))
-        raise BackendUnavailable(f"unknown platform/backend '{name}', expected one of: {known}")
+        raise BackendUnavailable(
+            f"unknown platform/backend '{name}', expected one of: {known}"
+        ) from None
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -75,5 +75,6 @@ class Backend(ABC):
         """Memory the loaded model holds (host or device); 0 when unknown."""
         return 0
 
+    @abstractmethod
     def unload(self) -> None:
         """Free everything the model holds. The object is not used afterwards."""

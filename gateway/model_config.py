@@ -226,7 +226,7 @@ def _int64_as_numbers(message, data: dict[str, Any]) -> dict[str, Any]:
                         key: _int64_as_numbers(value[as_key(key)], item)
                         for key, item in data[field.name].items()
                     }
-            elif field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+            elif field.is_repeated:
                 data[field.name] = [
                     _int64_as_numbers(item, item_data)
                     for item, item_data in zip(value, data[field.name], strict=True)
@@ -237,7 +237,7 @@ def _int64_as_numbers(message, data: dict[str, Any]) -> dict[str, Any]:
             descriptor.FieldDescriptor.CPPTYPE_INT64,
             descriptor.FieldDescriptor.CPPTYPE_UINT64,
         ):
-            if field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+            if field.is_repeated:
                 data[field.name] = [int(item) for item in data[field.name]]
             else:
                 data[field.name] = int(data[field.name])

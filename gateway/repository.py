@@ -121,9 +121,8 @@ class ModelRepository:
                 f"{sorted(entry.versions) or 'none'}"
             )
         if state.state != "READY":
-            raise Unavailable(
-                f"model '{name}' version {number} is not ready: {state.state} {state.reason}".strip()
-            )
+            detail = f"{state.state} {state.reason}".strip()
+            raise Unavailable(f"model '{name}' version {number} is not ready: {detail}")
         return state.model  # type: ignore[return-value]
 
     def _loaded_hint(self) -> str:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,11 +45,21 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-def _uvicorn(app, host: str, port: int) -> _Uvicorn:
+def _listen(host: str, port: int, what: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def _uvicorn(app) -> _Uvicorn:
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         loop="none",
         http="httptools",
         lifespan="off",
@@ -69,9 +80,16 @@ class Gateway:
         )
         self.core = InferenceCore(self.repository, options.admin_token)
         self._tasks: list[asyncio.Task] = []
+        self._poller: asyncio.Task | None = None
+        self.grpc_server: grpc.aio.Server | None = None
+        self.http: _Uvicorn | None = None
+        self.metrics: _Uvicorn | None = None
 
     async def start(self) -> None:
         options = self.options
+        # Bind every port before starting anything, so a port in use is one clear error.
+        http_socket = _listen(options.host, options.http_port, "HTTP")
+        metrics_socket = _listen(options.host, options.metrics_port, "metrics")
         self.grpc_server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", options.max_body_bytes),
@@ -83,44 +101,33 @@ class Gateway:
         try:
             self.grpc_server.add_insecure_port(address)
         except RuntimeError as exc:
+            http_socket.close()
+            metrics_socket.close()
             raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
         await self.grpc_server.start()
         await set_serving(self.health, False)
 
-        self.http = _uvicorn(
-            create_app(self.core, options.max_body_bytes), options.host, options.http_port
-        )
-        self.metrics = _uvicorn(
-            create_metrics_app(self.repository), options.host, options.metrics_port
-        )
-        for server in (self.http, self.metrics):
-            self._tasks.append(asyncio.create_task(server.serve()))
-        while not (self.http.started and self.metrics.started):
-            for task in self._tasks:
-                if task.done():  # uvicorn exits (SystemExit) when it cannot bind
-                    raise OSError(
-                        f"cannot listen on {options.host}:{options.http_port} (HTTP) or "
-                        f":{options.metrics_port} (metrics); is another server running?"
-                    )
-            await asyncio.sleep(0.01)
+        self.http = _uvicorn(create_app(self.core, options.max_body_bytes))
+        self.metrics = _uvicorn(create_metrics_app(self.repository))
+        self._tasks.append(asyncio.create_task(self.http.serve(sockets=[http_socket])))
+        self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
 
         await self.repository.load_startup_models(options.load_models)
         if options.model_control_mode == "poll":
-            self._tasks.append(asyncio.create_task(self._poll()))
+            self._poller = asyncio.create_task(self._poll())
         self.core.started = True
         await set_serving(self.health, True)
-        ready = [m.name for m in self.repository.ready_models()]
+        ready = sorted({m.name for m in self.repository.ready_models()})
         log.info(
-            "accel-gateway %s: HTTP %s:%d, gRPC %s:%d, metrics %s:%d; %d model version(s) ready: %s",
+            "accel-gateway %s: HTTP %s:%d, gRPC %s, metrics %s:%d; %d model(s) ready: %s",
             __version__,
             options.host,
             options.http_port,
-            options.host,
-            options.grpc_port,
+            address,
             options.host,
             options.metrics_port,
             len(ready),
-            ", ".join(sorted(set(ready))) or "none",
+            ", ".join(ready) or "none",
         )
 
     async def _poll(self) -> None:
@@ -132,14 +139,16 @@ class Gateway:
                 log.exception("repository poll failed")
 
     async def stop(self) -> None:
+        """Stop listening, let requests in flight finish, unload every model."""
         self.core.stopping = True
-        await set_serving(self.health, False)
+        if self._poller is not None:
+            self._poller.cancel()
         for server in (self.http, self.metrics):
-            server.should_exit = True
-        await self.grpc_server.stop(grace=5)
-        for task in self._tasks:
-            if not task.done() and task.get_coro().__name__ == "_poll":
-                task.cancel()
+            if server is not None:
+                server.should_exit = True
+        if self.grpc_server is not None:
+            await set_serving(self.health, False)
+            await self.grpc_server.stop(grace=5)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.repository.unload_all()
         log.info("accel-gateway stopped")

@@ -57,20 +57,36 @@ class ServerProcess:
         return self.process.returncode
 
 
-def start_server(repository: Path, *args: str, log_dir: Path, env: dict | None = None,
-                 timeout_s: float = 60.0) -> ServerProcess:
+def start_server(
+    repository: Path | None,
+    *args: str,
+    log_dir: Path,
+    env: dict | None = None,
+    timeout_s: float = 60.0,
+) -> ServerProcess:
     """Start `accel-gateway serve` on free ports and wait until it reports ready."""
     ports = [free_port() for _ in range(3)]
     log_path = log_dir / f"gateway-{ports[0]}.log"
     command = [
-        sys.executable, "-m", "gateway", "serve",
-        "--model-repository", str(repository),
-        "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
-        "--metrics-port", str(ports[2]), *args,
+        sys.executable,
+        "-m",
+        "gateway",
+        "serve",
+        *(["--model-repository", str(repository)] if repository else []),
+        "--http-port",
+        str(ports[0]),
+        "--grpc-port",
+        str(ports[1]),
+        "--metrics-port",
+        str(ports[2]),
+        *args,
     ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
     server = ServerProcess(process, *ports, log_path)
@@ -123,7 +139,7 @@ def server_factory(tmp_path) -> Iterator[Callable[..., ServerProcess]]:
     """Start gateways with custom arguments; each is stopped when the test ends."""
     started: list[ServerProcess] = []
 
-    def factory(repository: Path, *args: str, **kwargs) -> ServerProcess:
+    def factory(repository: Path | None, *args: str, **kwargs) -> ServerProcess:
         server = start_server(repository, *args, log_dir=tmp_path, **kwargs)
         started.append(server)
         return server

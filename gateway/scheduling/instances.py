@@ -20,7 +20,6 @@ import numpy as np
 
 from backends.base import Backend
 
-
 # Runs shorter than this (moving average) execute on the event loop instead of a thread.
 INLINE_BELOW_NS = 100_000
 

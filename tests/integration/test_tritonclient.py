@@ -37,7 +37,10 @@ def simple_inputs(protocol: str, batch: int = 1, binary: bool = True):
     mod = module(protocol)
     a = np.arange(16 * batch, dtype=np.int32).reshape(batch, 16)
     b = np.full((batch, 16), 3, dtype=np.int32)
-    inputs = [mod.InferInput("INPUT0", [batch, 16], "INT32"), mod.InferInput("INPUT1", [batch, 16], "INT32")]
+    inputs = [
+        mod.InferInput("INPUT0", [batch, 16], "INT32"),
+        mod.InferInput("INPUT1", [batch, 16], "INT32"),
+    ]
     for tensor, data in zip(inputs, (a, b), strict=True):
         if protocol == "http":
             tensor.set_data_from_numpy(data, binary_data=binary)
@@ -90,9 +93,7 @@ def test_config_completed_from_onnx(client, protocol):
     assert inputs == [("pixels", [64])]
 
 
-@pytest.mark.parametrize(
-    ("protocol", "binary"), [("http", True), ("http", False), ("grpc", True)]
-)
+@pytest.mark.parametrize(("protocol", "binary"), [("http", True), ("http", False), ("grpc", True)])
 @pytest.mark.parametrize("batch", [1, 5])
 def test_infer_simple(client, protocol, binary, batch):
     inputs, a, b = simple_inputs(protocol, batch, binary)
@@ -193,26 +194,49 @@ def expect_error(call, status_http: str, status_grpc: str, *fragments: str) -> s
 
 def test_unknown_model(client, protocol):
     inputs, _, _ = simple_inputs(protocol)
-    expect_error(lambda: client.infer("no_such_model", inputs), "404", "StatusCode.NOT_FOUND",
-                 "no_such_model")
-    expect_error(lambda: client.get_model_metadata("no_such_model"), "404",
-                 "StatusCode.NOT_FOUND", "no_such_model")
+    expect_error(
+        lambda: client.infer("no_such_model", inputs),
+        "404",
+        "StatusCode.NOT_FOUND",
+        "no_such_model",
+    )
+    expect_error(
+        lambda: client.get_model_metadata("no_such_model"),
+        "404",
+        "StatusCode.NOT_FOUND",
+        "no_such_model",
+    )
 
 
 def test_bad_shape(client, protocol):
     mod = module(protocol)
     data = np.zeros((1, 15), dtype=np.int32)
-    inputs = [mod.InferInput("INPUT0", [1, 15], "INT32"), mod.InferInput("INPUT1", [1, 15], "INT32")]
+    inputs = [
+        mod.InferInput("INPUT0", [1, 15], "INT32"),
+        mod.InferInput("INPUT1", [1, 15], "INT32"),
+    ]
     for tensor in inputs:
         tensor.set_data_from_numpy(data)
-    expect_error(lambda: client.infer("simple", inputs), "400", "StatusCode.INVALID_ARGUMENT",
-                 "INPUT0", "simple", "[-1,16]", "[1,15]")
+    expect_error(
+        lambda: client.infer("simple", inputs),
+        "400",
+        "StatusCode.INVALID_ARGUMENT",
+        "INPUT0",
+        "simple",
+        "[-1,16]",
+        "[1,15]",
+    )
 
 
 def test_batch_over_max_batch_size(client, protocol):
     inputs, _, _ = simple_inputs(protocol, batch=9)
-    expect_error(lambda: client.infer("simple", inputs), "400", "StatusCode.INVALID_ARGUMENT",
-                 "batch size 9", "max_batch_size")
+    expect_error(
+        lambda: client.infer("simple", inputs),
+        "400",
+        "StatusCode.INVALID_ARGUMENT",
+        "batch size 9",
+        "max_batch_size",
+    )
 
 
 def test_bad_datatype(client, protocol):
@@ -221,8 +245,13 @@ def test_bad_datatype(client, protocol):
     inputs = [mod.InferInput("INPUT0", [1, 16], "FP32"), mod.InferInput("INPUT1", [1, 16], "FP32")]
     for tensor in inputs:
         tensor.set_data_from_numpy(data)
-    expect_error(lambda: client.infer("simple", inputs), "400", "StatusCode.INVALID_ARGUMENT",
-                 "INPUT0", "expected datatype INT32, got FP32")
+    expect_error(
+        lambda: client.infer("simple", inputs),
+        "400",
+        "StatusCode.INVALID_ARGUMENT",
+        "INPUT0",
+        "expected datatype INT32, got FP32",
+    )
 
 
 def test_statistics_count_requests(client, protocol):
@@ -256,5 +285,6 @@ def test_repository_index(client, protocol):
 
 
 def test_load_refused_outside_explicit_mode(client, protocol):
-    expect_error(lambda: client.load_model("simple"), "403", "StatusCode.PERMISSION_DENIED",
-                 "explicit")
+    expect_error(
+        lambda: client.load_model("simple"), "403", "StatusCode.PERMISSION_DENIED", "explicit"
+    )

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway.errors import InvalidArgument
+from gateway.grpc.codec import decode_request, encode_response
+from gateway.inference import InferResponse, Tensor
+from gateway.proto import grpc_service_pb2 as pb
+
+
+def test_typed_contents_and_parameters():
+    message = pb.ModelInferRequest(model_name="m", id="9")
+    tensor = message.inputs.add(name="x", datatype="INT8", shape=[1, 3])
+    tensor.contents.int_contents.extend([-1, 0, 1])
+    message.parameters["priority"].int64_param = 2
+    request = decode_request(message)
+    assert request.inputs[0].data.dtype == np.int8
+    assert request.inputs[0].data.tolist() == [[-1, 0, 1]]
+    assert request.parameters == {"priority": 2}
+
+
+def test_raw_contents_count_must_match_inputs():
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="INT8", shape=[1])
+    message.inputs.add(name="y", datatype="INT8", shape=[1])
+    message.raw_input_contents.append(b"\x01")
+    with pytest.raises(InvalidArgument, match="2 inputs"):
+        decode_request(message)
+
+
+def test_fp16_needs_raw_contents():
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="FP16", shape=[1])
+    with pytest.raises(InvalidArgument, match="raw_input_contents"):
+        decode_request(message)
+
+
+def test_response_carries_raw_outputs():
+    response = InferResponse(
+        "m",
+        "1",
+        "9",
+        outputs=[
+            Tensor("s", "BYTES", np.array([b"ab"], dtype=object)),
+            Tensor("f", "FP32", np.array([[1.0, 2.0]], dtype=np.float32)),
+        ],
+    )
+    message = encode_response(response)
+    assert [o.name for o in message.outputs] == ["s", "f"]
+    assert list(message.outputs[1].shape) == [1, 2]
+    assert message.raw_output_contents[0] == b"\x02\0\0\0ab"
+    assert np.frombuffer(message.raw_output_contents[1], np.float32).tolist() == [1.0, 2.0]

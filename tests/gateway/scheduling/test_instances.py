@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from backends.base import Backend, TensorSpec
+from gateway.scheduling.instances import INLINE_BELOW_NS, Instance, InstancePool
+
+
+class RecordingBackend(Backend):
+    """Records the thread each run happens on; sleeps to simulate a slow model."""
+
+    default_filename = "none"
+
+    def __init__(self, inline: bool, sleep_s: float = 0.0) -> None:
+        self.inline = inline
+        self.sleep_s = sleep_s
+        self.threads: list[str] = []
+
+    def inline_capable(self) -> bool:  # type: ignore[override]
+        return self.inline
+
+    def inputs(self):
+        return [TensorSpec("x", "FP32", (-1,))]
+
+    def outputs(self):
+        return [TensorSpec("x", "FP32", (-1,))]
+
+    def run(self, inputs, output_names):
+        import time
+
+        time.sleep(self.sleep_s)
+        self.threads.append(threading.current_thread().name)
+        return inputs
+
+    def unload(self) -> None:
+        self.threads.clear()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_fast_inline_backend_moves_onto_the_event_loop():
+    backend = RecordingBackend(inline=True)
+    instance = Instance(backend, "fast")
+
+    async def go():
+        for _ in range(30):
+            await instance.run({"x": np.zeros(1)}, ["x"])
+
+    run(go())
+    threads = list(backend.threads)
+    instance.close()
+    assert threads[0].startswith("fast")  # the first run measures, on its thread
+    # Once the moving average is under the threshold, runs stay on the loop's thread.
+    assert threads[-5:] == [threading.main_thread().name] * 5
+
+
+@pytest.mark.parametrize(("inline", "sleep_s"), [(False, 0.0), (True, 2 * INLINE_BELOW_NS / 1e9)])
+def test_slow_or_incapable_backend_stays_on_its_thread(inline, sleep_s):
+    backend = RecordingBackend(inline=inline, sleep_s=sleep_s)
+    instance = Instance(backend, "slow")
+
+    async def go():
+        for _ in range(3):
+            await instance.run({"x": np.zeros(1)}, ["x"])
+
+    run(go())
+    threads = list(backend.threads)
+    instance.close()
+    assert threads and all(name.startswith("slow") for name in threads)
+
+
+def test_pool_hands_instances_out_in_arrival_order_and_skips_cancelled_waiters():
+    async def go():
+        pool = InstancePool([Instance(RecordingBackend(False), "i")])
+        held = await pool.acquire()
+        order = []
+
+        async def waiter(tag):
+            instance = await pool.acquire()
+            order.append(tag)
+            pool.release(instance)
+
+        first = asyncio.create_task(waiter("first"))
+        cancelled = asyncio.create_task(waiter("cancelled"))
+        last = asyncio.create_task(waiter("last"))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        pool.release(held)
+        await asyncio.gather(first, last)
+        pool.close()
+        return order
+
+    assert run(go()) == ["first", "last"]

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway.datatypes import (
+    WIRE_DTYPES,
+    datatype_of,
+    deserialize_bytes,
+    from_raw,
+    serialize_bytes,
+    to_raw,
+)
+from gateway.errors import InvalidArgument
+
+
+@pytest.mark.parametrize("datatype", sorted(WIRE_DTYPES))
+def test_fixed_size_round_trip_is_zero_copy(datatype):
+    array = np.arange(6).astype(WIRE_DTYPES[datatype]).reshape(2, 3)
+    raw = to_raw(array, datatype)
+    back = from_raw(raw, datatype, (2, 3), "input 'x'")
+    assert back.shape == (2, 3)
+    np.testing.assert_array_equal(back, array)
+    assert back.base is not None  # a view of the wire bytes, not a copy
+
+
+def test_raw_size_mismatch_names_the_input():
+    with pytest.raises(
+        InvalidArgument, match=r"input 'x': expected 64 bytes for INT32 shape \[1, 16\], got 60"
+    ):
+        from_raw(b"\0" * 60, "INT32", (1, 16), "input 'x'")
+
+
+def test_bytes_round_trip():
+    array = np.array([b"", b"a\x00b", "é".encode()], dtype=np.object_)
+    raw = serialize_bytes(array)
+    assert raw[:4] == b"\0\0\0\0"
+    assert deserialize_bytes(raw, 3, "input 'x'").tolist() == array.tolist()
+
+
+@pytest.mark.parametrize(
+    ("raw", "count", "message"),
+    [
+        (b"\x05\0\0\0abc", 1, "declares 5 bytes but only 3 remain"),
+        (b"\x01\0\0\0a", 2, "ends after 1 of 2 elements"),
+        (b"\x01\0\0\0ab", 1, "1 bytes left over"),
+    ],
+)
+def test_malformed_bytes_are_rejected(raw, count, message):
+    with pytest.raises(InvalidArgument, match=message):
+        deserialize_bytes(raw, count, "input 'x'")
+
+
+def test_datatype_of():
+    assert datatype_of(np.zeros(1, np.float16)) == "FP16"
+    assert datatype_of(np.array([b"a"], dtype=object)) == "BYTES"
+    with pytest.raises(InvalidArgument):
+        datatype_of(np.zeros(1, np.complex64))

@@ -1,0 +1,39 @@
+"""Triton's perf_analyzer, run with no special flags, against the gateway over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PERF_ANALYZER = Path(__file__).resolve().parents[2] / ".tools" / "perf_analyzer" / "perf_analyzer"
+
+
+@pytest.fixture(scope="module")
+def perf_analyzer() -> Path:
+    if not PERF_ANALYZER.exists():
+        message = f"perf_analyzer is not installed at {PERF_ANALYZER}; scripts/test installs it"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return PERF_ANALYZER
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_runs_against_simple(gateway, perf_analyzer, protocol):
+    url = gateway.http_url if protocol == "http" else gateway.grpc_url
+    result = subprocess.run(
+        [str(perf_analyzer), "-m", "simple", "-u", url, "-i", protocol],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    throughput = re.search(r"Throughput: ([\d.]+) infer/sec", output)
+    assert throughput and float(throughput.group(1)) > 0, output
+    # perf_analyzer read our statistics extension for its server-side breakdown.
+    assert "Server:" in output and "compute infer" in output, output
