@@ -1,0 +1,84 @@
+"""Shared pieces of the serving benchmarks: core pinning, perf_analyzer runs, the table."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PERF_ANALYZER = Path(__file__).resolve().parents[1] / ".tools" / "perf_analyzer" / "perf_analyzer"
+
+
+@dataclass
+class Measurement:
+    label: str
+    concurrency: int
+    throughput: float  # infer/s
+    p50_us: float
+    p99_us: float
+
+
+def pin_to(core: int) -> None:
+    """Pin this process to one core, as the server and the client are in the benchmarks."""
+    os.sched_setaffinity(0, {core})
+
+
+def rate(call: Callable[[], object], seconds: float = 2.0) -> float:
+    """Calls per second of `call`, after a short warm-up."""
+    for _ in range(50):
+        call()
+    count, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        for _ in range(100):
+            call()
+        count += 100
+    return count / elapsed
+
+
+def perf_analyzer(
+    model: str,
+    url: str,
+    protocol: str,
+    concurrency: int,
+    core: int,
+    label: str,
+    extra: tuple[str, ...] = (),
+    measurement_ms: int = 3000,
+) -> Measurement:
+    """Run perf_analyzer on `core` at one concurrency and read its CSV report."""
+    if not PERF_ANALYZER.exists():
+        raise SystemExit(
+            f"perf_analyzer is not installed at {PERF_ANALYZER}; run scripts/test once"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.csv"
+        command = [
+            "taskset", "-c", str(core), str(PERF_ANALYZER), "-m", model, "-u", url,
+            "-i", protocol, "--concurrency-range", str(concurrency),
+            "--measurement-interval", str(measurement_ms), "-f", str(report), *extra,
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError(f"perf_analyzer failed:\n{result.stdout}\n{result.stderr}")
+        with open(report) as handle:
+            row = next(csv.DictReader(handle))
+    return Measurement(
+        label, concurrency, float(row["Inferences/Second"]),
+        float(row["p50 latency"]), float(row["p99 latency"]),
+    )  # fmt: skip
+
+
+def print_table(title: str, floor_label: str, floor: float, rows: list[Measurement]) -> None:
+    print(f"\n{title}")
+    print(f"floor: {floor_label}: {floor:,.0f} /s")
+    print(f"{'path':<28}{'conc':>5}{'infer/s':>10}{'x floor':>9}{'p50 ms':>9}{'p99 ms':>9}")
+    for m in rows:
+        print(
+            f"{m.label:<28}{m.concurrency:>5}{m.throughput:>10,.0f}{m.throughput / floor:>9.3f}"
+            f"{m.p50_us / 1000:>9.2f}{m.p99_us / 1000:>9.2f}"
+        )

@@ -1,0 +1,100 @@
+"""Start `accel-gateway serve` as a child process on free ports and wait until it is ready.
+
+Tests, benchmarks and load tests all need a real server they own; this is the one
+way they start it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class GatewayProcess:
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=1) as reply:
+            return reply.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_gateway(
+    repository: Path | None,
+    *args: str,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cpu_cores: set[int] | None = None,
+    timeout_s: float = 60.0,
+) -> GatewayProcess:
+    """Start a gateway (on `cpu_cores` only, if given) and wait for /v2/health/ready."""
+    ports = [free_port() for _ in range(3)]
+    command = [
+        sys.executable, "-m", "gateway", "serve",
+        *(["--model-repository", str(repository)] if repository else []),
+        "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
+        "--metrics-port", str(ports[2]), *args,
+    ]  # fmt: skip
+    pin = (lambda: os.sched_setaffinity(0, cpu_cores)) if cpu_cores else None
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=pin,
+        )
+    server = GatewayProcess(process, *ports, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited with {process.returncode}:\n{server.log()}")
+        if _ready(server.http_url):
+            return server
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"gateway not ready after {timeout_s} s:\n{server.log()}")
