@@ -193,6 +193,7 @@ class OnnxRuntimeBackend(Backend):
         self._inputs = [_spec(node, config.name) for node in self._session.get_inputs()]
         self._outputs = [_spec(node, config.name) for node in self._session.get_outputs()]
         self._string_inputs = {s.name for s in self._inputs if s.datatype == "BYTES"}
+        self._string_outputs = any(s.datatype == "BYTES" for s in self._outputs)
         self._bf16 = any(s.datatype == "BF16" for s in self._inputs + self._outputs)
         self._bf16_inputs = {s.name for s in self._inputs if s.datatype == "BF16"}
 
@@ -214,13 +215,17 @@ class OnnxRuntimeBackend(Backend):
         return self._session.get_providers()
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        feed = dict(inputs)
-        for name in self._string_inputs & feed.keys():
-            feed[name] = _to_str_array(feed[name], name)
+        feed = inputs
+        if self._string_inputs:
+            feed = dict(inputs)
+            for name in self._string_inputs & feed.keys():
+                feed[name] = _to_str_array(feed[name], name)
         if self._bf16:
             return self._run_with_ort_values(feed, output_names)
         results = self._session.run(output_names, feed)
-        return {name: _from_ort(value) for name, value in zip(output_names, results, strict=True)}
+        if self._string_outputs:
+            results = [_from_ort(value) for value in results]
+        return dict(zip(output_names, results, strict=True))
 
     def _run_with_ort_values(
         self, feed: dict[str, np.ndarray], output_names: list[str]

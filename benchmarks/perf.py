@@ -60,7 +60,9 @@ def perf_analyzer(
         command = [
             "taskset", "-c", str(core), str(PERF_ANALYZER), "-m", model, "-u", url,
             "-i", protocol, "--concurrency-range", str(concurrency),
-            "--measurement-interval", str(measurement_ms), "-f", str(report), *extra,
+            "--measurement-interval", str(measurement_ms), "-f", str(report),
+            # A shared 2-core machine drifts more than perf_analyzer's default 10 %.
+            "--stability-percentage", "25", *extra,
         ]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:

@@ -1,6 +1,6 @@
 """Throughput and latency of `simple` through the gateway, against the in-process floor.
 
-    .venv/bin/python benchmarks/serving_simple.py [--concurrency 1 8 64] [--measurement-ms 3000]
+    .venv/bin/python -m benchmarks.serving_simple [--concurrency 1 8 64] [--measurement-ms 3000]
 
 The server is pinned to one core and perf_analyzer to the other. The floor is the
 same ONNX Runtime backend called in-process at batch 1 on the server's core: what

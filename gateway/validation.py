@@ -55,6 +55,8 @@ class RequestRules:
 
 
 def _dims_match(expected: tuple[int, ...], actual: tuple[int, ...]) -> bool:
+    if expected == actual:  # the common case, decided in one comparison
+        return True
     return len(expected) == len(actual) and all(
         e == -1 or e == a for e, a in zip(expected, actual, strict=True)
     )

@@ -50,6 +50,8 @@ def set_parameter(target: pb.InferParameter, value: Any) -> None:
 
 
 def _parameters(mapping) -> dict[str, Any]:
+    if not mapping:  # the common case; skips building an iterator per tensor
+        return {}
     return {key: parameter_value(value) for key, value in mapping.items()}
 
 
@@ -88,7 +90,7 @@ def decode_request(message: pb.ModelInferRequest) -> InferRequest:
         where = f"input '{tensor.name}'"
         datatype = check_datatype(tensor.datatype, where)
         shape = tuple(tensor.shape)
-        if any(dim < 0 for dim in shape):
+        if shape and min(shape) < 0:
             raise InvalidArgument(f"{where}: shape {list(shape)} has a negative dimension")
         if raw:
             data = from_raw(raw[position], datatype, shape, where)
