@@ -25,7 +25,9 @@ from gateway.model_config import read_config
 from models.build import build_repository
 
 PATHS = (
-    ("gRPC (raw tensors)", "grpc", ()),
+    ("gRPC unary", "grpc", ()),
+    # ModelStreamInfer: one long-lived stream per client thread, no per-call RPC setup.
+    ("gRPC streaming", "grpc", ("--streaming",)),
     ("HTTP binary tensors", "http", ()),
     ("HTTP JSON tensors", "http",
      ("--input-tensor-format", "json", "--output-tensor-format", "json")),

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway.core import InferenceCore
 from gateway.errors import GatewayError, InvalidArgument, PayloadTooLarge
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json
+from gateway.http.compression import choose_encoding, compress, decompress
 from gateway.model_config import config_to_json
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.post("/v2/models/{name}/versions/{version}/infer")
     async def infer(request: Request, name: str, version: str = "") -> Response:
         body = await read_body(request, max_body_bytes)
+        body = decompress(body, request.headers.get("content-encoding"), max_body_bytes)
         header_length = request.headers.get(HEADER_LENGTH)
         if header_length is not None and not header_length.isdigit():
             raise InvalidArgument(
@@ -138,13 +140,15 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
         )
         response = await core.infer(infer_request)
         payload, json_length = encode_response(response, infer_request)
-        if json_length is None:
-            return Response(payload, media_type=JSON)
-        return Response(
-            payload,
-            media_type="application/octet-stream",
-            headers={"Inference-Header-Content-Length": str(json_length)},
-        )
+        headers = {}
+        if json_length is not None:
+            headers[HEADER_LENGTH] = str(json_length)
+        encoding = choose_encoding(request.headers.get("accept-encoding"))
+        if encoding is not None:
+            payload = compress(payload, encoding)
+            headers["Content-Encoding"] = encoding
+        media_type = JSON if json_length is None else "application/octet-stream"
+        return Response(payload, media_type=media_type, headers=headers)
 
     # ---- repository ------------------------------------------------------------------
 

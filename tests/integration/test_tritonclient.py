@@ -288,3 +288,17 @@ def test_load_refused_outside_explicit_mode(client, protocol):
     expect_error(
         lambda: client.load_model("simple"), "403", "StatusCode.PERMISSION_DENIED", "explicit"
     )
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_and_responses(client, protocol, algorithm):
+    inputs, a, b = simple_inputs(protocol)
+    if protocol == "http":
+        options = {
+            "request_compression_algorithm": algorithm,
+            "response_compression_algorithm": algorithm,
+        }
+    else:
+        options = {"compression_algorithm": algorithm}
+    result = client.infer("simple", inputs, **options)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
