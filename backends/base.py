@@ -59,6 +59,11 @@ class Backend(ABC):
         instance's own (false for frameworks that bind state to the loading thread)."""
         return False
 
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        """Batch sizes the loaded artifact can run (compiled shapes); None means any.
+        The dynamic batcher pads batches up to the next allowed size."""
+        return None
+
     @abstractmethod
     def inputs(self) -> list[TensorSpec]:
         """The artifact's inputs, batch dimension included where it has one."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from backends import Backend, BackendUnavailable, Device, backend_class
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of, v2_datatype
 from gateway.proto import model_config_pb2 as mc
-from gateway.scheduling import DirectScheduler, Instance, InstancePool
+from gateway.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
@@ -74,13 +75,18 @@ class ModelVersion:
         self.pool = InstancePool(
             [Instance(b, f"{config.name}-{version}-{i}") for i, b in enumerate(backends)]
         )
-        self.scheduler = DirectScheduler(
-            self.pool,
-            RequestRules.from_config(config),
-            {t.name: v2_datatype(t.data_type) for t in config.output},
-            self.stats,
-            max_queue_size,
-        )
+        rules = RequestRules.from_config(config)
+        output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
+        self.scheduler: DirectScheduler | DynamicBatcher
+        if config.HasField("dynamic_batching") and config.max_batch_size > 0:
+            self.scheduler = DynamicBatcher(
+                self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
+                config.max_batch_size, max_queue_size, backends[0].allowed_batch_sizes(),
+            )  # fmt: skip
+        else:
+            self.scheduler = DirectScheduler(
+                self.pool, rules, output_datatypes, self.stats, max_queue_size
+            )
 
     @classmethod
     def load(
@@ -134,6 +140,8 @@ class ModelVersion:
             "outputs": tensors(self.config.output),
         }
 
-    def close(self) -> None:
-        """Free the instances (blocking)."""
-        self.pool.close()
+    async def close(self) -> None:
+        """Stop the scheduler, then free the instances (on a worker thread)."""
+        if isinstance(self.scheduler, DynamicBatcher):
+            await self.scheduler.close()
+        await asyncio.to_thread(self.pool.close)

@@ -254,7 +254,7 @@ class ModelRepository:
             if state.model is not None:
                 model, state.model = state.model, None
                 await _drain(model)
-                await asyncio.to_thread(model.close)
+                await model.close()
 
     async def unload_all(self) -> None:
         for name in list(self.models):

@@ -60,15 +60,22 @@ class ModelStatistics:
         self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + 1
 
     def record_execution(
-        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+        self,
+        batch_size: int,
+        requests: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        rows: int | None = None,
     ) -> None:
-        """One backend run of `batch_size` rows serving `requests` requests."""
+        """One backend run of `batch_size` rows (padding included; `rows` without it)
+        that served `requests` requests."""
         self.execution_count += 1
-        self.inference_count += batch_size
-        # The per-request compute durations are shared among the requests of the batch.
-        self.compute_input.add(input_ns, requests)
-        self.compute_infer.add(infer_ns, requests)
-        self.compute_output.add(output_ns, requests)
+        self.inference_count += batch_size if rows is None else rows
+        # As in Triton, every request of a batch is charged the batch's whole durations.
+        self.compute_input.add(input_ns * requests, requests)
+        self.compute_infer.add(infer_ns * requests, requests)
+        self.compute_output.add(output_ns * requests, requests)
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStats()

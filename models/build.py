@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from models import digits, identity, simple
+from models import digits, identity, mlp, simple
 
 # Part of the cache directory name: bump whenever any model or config changes, so that
 # existing caches are rebuilt instead of silently served stale.
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 
 Log = Callable[[str], object]
 
@@ -40,6 +40,13 @@ def build_repository(dest: Path, log: Log = print) -> list[str]:
     names.append(digits.NAME)
     n_images = len(digits.held_out()[1])
     log(f"{digits.NAME}: held-out accuracy {accuracy:.4f} ({n_images} images)")
+
+    # mlp_wide (models.mlp.build_wide, ~294 MB) is deliberately not here: built only on request.
+    names.append(mlp.build(dest))
+    log(
+        f"{mlp.NAME}: FP32 MLP {mlp.N_FEATURES}->{mlp.HIDDEN}->{mlp.HIDDEN}->{mlp.N_CLASSES}, "
+        f"dynamic batching (max_batch_size {mlp.MAX_BATCH_SIZE})"
+    )
     return names
 
 

@@ -5,7 +5,7 @@ Only the handful of ModelConfig fields the example repository needs are supporte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,15 @@ class TensorConfig:
     name: str
     data_type: str
     dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """A ``dynamic_batching`` block; an empty ``preferred_batch_sizes`` is left out, so the server
+    batches whatever has queued up to max_batch_size."""
+
+    max_queue_delay_us: int = 0
+    preferred_batch_sizes: tuple[int, ...] = ()
 
 
 def _quote(text: str) -> str:
@@ -41,15 +50,41 @@ def _tensor_block(field: str, tensors: Sequence[TensorConfig]) -> list[str]:
     return [f"{field} [", ",\n".join(entries), "]"]
 
 
+def _dynamic_batching_block(batching: DynamicBatching) -> list[str]:
+    lines = [
+        "dynamic_batching {",
+        f"  max_queue_delay_microseconds: {batching.max_queue_delay_us}",
+    ]
+    if batching.preferred_batch_sizes:
+        sizes = ", ".join(str(s) for s in batching.preferred_batch_sizes)
+        lines.append(f"  preferred_batch_size: [ {sizes} ]")
+    return [*lines, "}"]
+
+
+def _parameters_block(parameters: Mapping[str, str]) -> list[str]:
+    # ModelConfig.parameters is a map<string, ModelParameter>: one entry block per key.
+    lines = []
+    for key, value in parameters.items():
+        lines += [
+            "parameters {",
+            f"  key: {_quote(key)}",
+            f"  value: {{ string_value: {_quote(value)} }}",
+            "}",
+        ]
+    return lines
+
+
 def model_config_text(
     name: str,
     max_batch_size: int,
     inputs: Sequence[TensorConfig] = (),
     outputs: Sequence[TensorConfig] = (),
     platform: str = ONNX_PLATFORM,
+    dynamic_batching: DynamicBatching | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> str:
     """Render a ModelConfig; empty ``inputs``/``outputs`` are omitted so the server completes
-    them from the model file."""
+    them from the model file. ``dynamic_batching``/``parameters`` are written only when given."""
     lines = [
         f"name: {_quote(name)}",
         f"platform: {_quote(platform)}",
@@ -59,6 +94,10 @@ def model_config_text(
         lines += _tensor_block("input", inputs)
     if outputs:
         lines += _tensor_block("output", outputs)
+    if dynamic_batching is not None:
+        lines += _dynamic_batching_block(dynamic_batching)
+    if parameters:
+        lines += _parameters_block(parameters)
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from models.config_text import model_config_text, write_config
-from models.onnx_graphs import BATCH, make_model, save_model, tensor
+from models.onnx_graphs import BATCH, make_model, model_file, save_model, tensor
 
 NAME = "digits"
 MAX_BATCH_SIZE = 64
@@ -82,17 +82,11 @@ def _graph(coefs: list[np.ndarray], intercepts: list[np.ndarray]):
     )
 
 
-def _resolve(model_path: Path) -> Path:
-    # Accept either the model.onnx file or the model's directory in the repository.
-    model_path = Path(model_path)
-    return model_path / "1" / "model.onnx" if model_path.is_dir() else model_path
-
-
 def reference_accuracy(model_path: Path) -> float:
     """Accuracy of the ONNX model at ``model_path`` on the held-out set, run in onnxruntime."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(_resolve(model_path)), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(model_file(model_path)), providers=["CPUExecutionProvider"])
     x, y = held_out()
     (probabilities,) = session.run([OUTPUT], {INPUT: x})
     return float(np.mean(np.argmax(probabilities, axis=1) == y))

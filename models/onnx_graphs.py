@@ -25,8 +25,9 @@ def tensor(name: str, elem_type: int, dims: Sequence[Dim]) -> onnx.ValueInfoProt
     return helper.make_tensor_value_info(name, elem_type, list(dims))
 
 
-def make_model(graph: onnx.GraphProto, doc: str = "") -> onnx.ModelProto:
-    """Wrap ``graph`` in a model with our opset and IR version, and validate it."""
+def make_model(graph: onnx.GraphProto, doc: str = "", *, check: bool = True) -> onnx.ModelProto:
+    """Wrap ``graph`` in a model with our opset and IR version, and validate it unless ``check``
+    is false (large models: save, then :func:`check_file`)."""
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
@@ -34,9 +35,17 @@ def make_model(graph: onnx.GraphProto, doc: str = "") -> onnx.ModelProto:
         producer_name=PRODUCER,
         doc_string=doc,
     )
-    # Fail at build time rather than when the server first loads the file.
-    onnx.checker.check_model(model, full_check=True)
+    if check:
+        # Fail at build time rather than when the server first loads the file.
+        onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def check_file(path: Path) -> None:
+    """Validate a saved model like :func:`make_model` does. Checking an in-memory ModelProto
+    serializes it and parses it again in C++; for a model of hundreds of MB, reading the file is
+    several times faster and needs no second copy."""
+    onnx.checker.check_model(path, full_check=True)
 
 
 def save_model(model: onnx.ModelProto, model_dir: Path, version: int = 1) -> Path:
@@ -45,3 +54,9 @@ def save_model(model: onnx.ModelProto, model_dir: Path, version: int = 1) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, path)
     return path
+
+
+def model_file(model_path: Path, version: int = 1) -> Path:
+    """Accept either a model.onnx file or the model's directory in the repository."""
+    model_path = Path(model_path)
+    return model_path / str(version) / "model.onnx" if model_path.is_dir() else model_path

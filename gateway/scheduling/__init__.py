@@ -5,6 +5,7 @@ InferResponse; an instance runs one batch. Neither knows the other's details.
 """
 
 from gateway.scheduling.direct import DirectScheduler
+from gateway.scheduling.dynamic import DynamicBatcher
 from gateway.scheduling.instances import Instance, InstancePool
 
-__all__ = ["DirectScheduler", "Instance", "InstancePool"]
+__all__ = ["DirectScheduler", "DynamicBatcher", "Instance", "InstancePool"]

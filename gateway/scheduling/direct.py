@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 
-from gateway.errors import GatewayError, Internal, Unavailable
-from gateway.inference import InferRequest, InferResponse, Tensor
+from gateway.errors import GatewayError, Unavailable
+from gateway.inference import InferRequest, InferResponse
 from gateway.scheduling.instances import InstancePool
+from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules, check_request
 
@@ -55,24 +56,14 @@ class DirectScheduler:
         queued = time.perf_counter_ns()
         try:
             outputs, infer_ns = await instance.run(feed, output_names)
-        except GatewayError as exc:
-            self.stats.record_failure(time.perf_counter_ns() - start, "BACKEND")
-            raise exc
         except Exception as exc:  # the backend's own failure, reported with its message
             self.stats.record_failure(time.perf_counter_ns() - start, "BACKEND")
-            raise Internal(
-                f"model '{self.rules.model}' failed to run: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise backend_failure(self.rules.model, exc) from exc
         finally:
             self.pool.release(instance)
         ran = time.perf_counter_ns()
-        response = InferResponse(
-            model_name=request.model_name,
-            model_version=self.stats.version,
-            id=request.id,
-            outputs=[
-                Tensor(name, self.output_datatypes[name], outputs[name]) for name in output_names
-            ],
+        response = build_response(
+            request, self.stats.version, output_names, self.output_datatypes, outputs
         )
         done = time.perf_counter_ns()
         # Time in the instance's thread beyond the backend call is input hand-off.

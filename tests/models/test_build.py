@@ -17,7 +17,7 @@ from models import build as build_mod
 from models import digits, identity
 from models.onnx_graphs import IR_VERSION, OPSET
 
-EXPECTED = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits"]
+EXPECTED = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits", "mlp"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,75 @@
+"""Merge requests into one batch, pad it to a size the backend accepts, split the outputs.
+
+Pure functions on numpy arrays: no asyncio, no clock. Shapes are checked before
+anything is concatenated, so a mismatch is an error and never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class BatchShapeError(ValueError):
+    """Inputs or outputs whose shapes do not fit the batch they belong to."""
+
+
+def merge_key(feed: dict[str, np.ndarray]) -> tuple:
+    """Requests with equal keys can share a batch: same inputs, dtypes and trailing dims."""
+    return tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(feed.items()))
+
+
+def merge(feeds: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Concatenate each input along the batch dimension (no copy for a single request)."""
+    first = feeds[0]
+    if len(feeds) == 1:
+        return first
+    key = merge_key(first)
+    for position, feed in enumerate(feeds[1:], start=1):
+        if merge_key(feed) != key:
+            raise BatchShapeError(
+                f"request {position} of the batch has inputs {merge_key(feed)}, the first has {key}"
+            )
+    return {name: np.concatenate([feed[name] for feed in feeds]) for name in first}
+
+
+def padded_size(rows: int, allowed: Sequence[int] | None) -> int:
+    """The smallest allowed batch size that holds `rows` (rows itself when any size goes)."""
+    if not allowed:
+        return rows
+    for size in sorted(allowed):
+        if size >= rows:
+            return size
+    raise BatchShapeError(f"batch of {rows} rows is larger than every allowed size {list(allowed)}")
+
+
+def pad(feed: dict[str, np.ndarray], rows: int, target: int) -> dict[str, np.ndarray]:
+    """Append `target - rows` filler rows (zeros, or empty bytes) to every input."""
+    if target == rows:
+        return feed
+    padded = {}
+    for name, array in feed.items():
+        filler = np.zeros((target - rows, *array.shape[1:]), dtype=array.dtype)
+        if array.dtype == np.object_:
+            filler.fill(b"")
+        padded[name] = np.concatenate([array, filler])
+    return padded
+
+
+def split(
+    outputs: dict[str, np.ndarray], row_counts: Sequence[int], padded_rows: int
+) -> list[dict[str, np.ndarray]]:
+    """Give each request its own rows of every output; padding rows are dropped."""
+    for name, array in outputs.items():
+        if array.ndim == 0 or array.shape[0] != padded_rows:
+            raise BatchShapeError(
+                f"output '{name}' has shape {list(array.shape)}, but the batch had "
+                f"{padded_rows} rows; the backend must return one output row per input row"
+            )
+    parts = []
+    start = 0
+    for count in row_counts:
+        parts.append({name: array[start : start + count] for name, array in outputs.items()})
+        start += count
+    return parts

@@ -1,0 +1,212 @@
+"""The dynamic batcher: one driver task per model version turns queued requests into batches.
+
+Whenever an instance is free, the driver asks the planner what to do, sends the
+batch it gets to that instance, and waits for the next arrival or the end of the
+batch window otherwise. Requests that carry several rows are merged whole; every
+input's trailing dimensions are checked before merging (batch.merge_key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.inference import InferRequest, InferResponse
+from gateway.proto import model_config_pb2 as mc
+from gateway.scheduling import batch as batching
+from gateway.scheduling.instances import Instance, InstancePool
+from gateway.scheduling.planner import BatchingRules, Send, plan
+from gateway.scheduling.queue import Pending, RequestQueue
+from gateway.scheduling.responses import backend_failure, build_response
+from gateway.statistics import ModelStatistics
+from gateway.validation import RequestRules, check_request
+
+
+@dataclass(slots=True)
+class _Context:
+    request: InferRequest
+    start_ns: int
+    queued_ns: int = 0  # time spent waiting for the batch
+
+
+def _int_parameter(request: InferRequest, key: str) -> int | None:
+    value = request.parameters.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(
+            f"request parameter '{key}' must be a non-negative integer, got {value!r}"
+        )
+    return value
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        pool: InstancePool,
+        rules: RequestRules,
+        output_datatypes: dict[str, str],
+        stats: ModelStatistics,
+        config: mc.ModelDynamicBatching,
+        max_batch_size: int,
+        max_queue_size: int,
+        allowed_batch_sizes: tuple[int, ...] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self.rules = rules
+        self.output_datatypes = output_datatypes
+        self.stats = stats
+        self.queue = RequestQueue.from_config(config, max_queue_size)
+        self.batching = BatchingRules(
+            max_batch_size=max_batch_size,
+            preferred_sizes=tuple(config.preferred_batch_size),
+            max_queue_delay_s=config.max_queue_delay_microseconds / 1e6,
+        )
+        self.preserve_ordering = config.preserve_ordering
+        self.allowed_batch_sizes = allowed_batch_sizes
+        self.clock = clock
+        self.pending = 0  # accepted and not yet answered (queued or running)
+        self._arrival = asyncio.Event()
+        self._last_done: asyncio.Future | None = None  # preserve_ordering chain
+        self._driver: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+
+    # ---- the request side ------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        start = time.perf_counter_ns()
+        try:
+            feed, output_names, rows = check_request(request, self.rules)
+            pending = self.queue.push(
+                feed, output_names, max(rows, 1), batching.merge_key(feed), self.clock(),
+                _int_parameter(request, "priority"), _int_parameter(request, "timeout"),
+            )  # fmt: skip
+        except GatewayError as exc:
+            self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")
+            if isinstance(exc, Unavailable):
+                raise Unavailable(f"model '{self.rules.model}': {exc.message}") from None
+            raise
+        loop = asyncio.get_running_loop()
+        pending.future = loop.create_future()
+        pending.context = _Context(request, start)
+        previous, done = self._last_done, None
+        if self.preserve_ordering:
+            done = self._last_done = loop.create_future()
+        self.pending += 1
+        self._ensure_driver()
+        self._arrival.set()
+        try:
+            outputs = await pending.future
+            if previous is not None:
+                await asyncio.shield(previous)  # answer in arrival order
+        except asyncio.CancelledError:
+            if self.queue.remove(pending):  # still queued: it never runs
+                self.stats.record_failure(time.perf_counter_ns() - start, "CANCELED")
+            raise
+        finally:
+            self.pending -= 1
+            if done is not None:
+                done.set_result(None)
+        return build_response(
+            request, self.stats.version, output_names, self.output_datatypes, outputs
+        )
+
+    # ---- the driver ------------------------------------------------------------------
+
+    def _ensure_driver(self) -> None:
+        if self._driver is None or self._driver.done():
+            self._driver = asyncio.get_running_loop().create_task(self._drive())
+
+    async def _drive(self) -> None:
+        while True:
+            instance = await self.pool.acquire()
+            try:
+                send = await self._next_batch()
+            except BaseException:
+                self.pool.release(instance)
+                raise
+            for pending in send.requests:
+                self.queue.remove(pending)
+            task = asyncio.get_running_loop().create_task(self._execute(instance, send))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(self) -> Send:
+        while True:
+            now = self.clock()
+            for pending in self.queue.expire(now):
+                self._reject_timed_out(pending)
+            decision = plan(self.queue, now, self.batching)
+            if isinstance(decision, Send):
+                return decision
+            wake = decision.time
+            deadline = self.queue.next_deadline()
+            if deadline is not None:
+                wake = deadline if wake is None else min(wake, deadline)
+            self._arrival.clear()
+            timeout = None if wake is None else max(wake - self.clock(), 0.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrival.wait(), timeout)
+
+    def _reject_timed_out(self, pending: Pending) -> None:
+        context: _Context = pending.context
+        self.stats.record_failure(time.perf_counter_ns() - context.start_ns, "REJECTED")
+        if pending.future is not None and not pending.future.done():
+            pending.future.set_exception(
+                Unavailable(
+                    f"request to model '{self.rules.model}' timed out in the queue "
+                    "(its queue policy's timeout; timeout_action REJECT)"
+                )
+            )
+
+    async def _execute(self, instance: Instance, send: Send) -> None:
+        requests = [p for p in send.requests if not p.future.done()]  # cancelled ones drop out
+        dispatched = time.perf_counter_ns()
+        try:
+            if requests:
+                await self._run_batch(instance, requests, dispatched)
+        finally:
+            self.pool.release(instance)
+            self._arrival.set()  # a free instance is news for the driver too
+
+    async def _run_batch(self, instance: Instance, requests: list[Pending], start: int) -> None:
+        output_names = sorted({name for p in requests for name in p.output_names})
+        row_counts = [p.rows for p in requests]
+        rows = sum(row_counts)
+        try:
+            merged = batching.merge([p.feed for p in requests])
+            padded_rows = batching.padded_size(rows, self.allowed_batch_sizes)
+            merged = batching.pad(merged, rows, padded_rows)
+            outputs, infer_ns = await instance.run(merged, output_names)
+            ran = time.perf_counter_ns()
+            parts = batching.split(outputs, row_counts, padded_rows)
+        except Exception as exc:  # the batch fails only its own requests
+            error = backend_failure(self.rules.model, exc)
+            for pending in requests:
+                context: _Context = pending.context
+                self.stats.record_failure(time.perf_counter_ns() - context.start_ns, "BACKEND")
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+            return
+        done = time.perf_counter_ns()
+        # Merging, padding and the hand-off to the instance's thread count as compute input.
+        self.stats.record_execution(
+            padded_rows, len(requests), (ran - start) - infer_ns, infer_ns, done - ran, rows=rows
+        )
+        for pending, part in zip(requests, parts, strict=True):
+            context = pending.context
+            if not pending.future.done():
+                pending.future.set_result(part)
+                queue_ns = start - context.start_ns
+                self.stats.record_success(done - context.start_ns, queue_ns)
+
+    async def close(self) -> None:
+        if self._driver is not None:
+            self._driver.cancel()
+            await asyncio.gather(self._driver, return_exceptions=True)
+        await asyncio.gather(*self._running, return_exceptions=True)

@@ -1,0 +1,201 @@
+"""The dynamic batcher driven by a real event loop over a fake backend."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from backends.base import Backend, TensorSpec
+from gateway.errors import Internal, Unavailable
+from gateway.inference import InferRequest, Tensor
+from gateway.proto import model_config_pb2 as mc
+from gateway.scheduling import DynamicBatcher, Instance, InstancePool
+from gateway.statistics import ModelStatistics
+from gateway.validation import RequestRules
+
+
+class DoublingBackend(Backend):
+    """y = 2x; remembers every batch it ran; fails on negative input; may be slow."""
+
+    default_filename = "none"
+
+    def __init__(self, sleep_s: float = 0.0, allowed=None) -> None:
+        self.sleep_s = sleep_s
+        self.allowed = allowed
+        self.batches: list[np.ndarray] = []
+
+    def allowed_batch_sizes(self):
+        return self.allowed
+
+    def inputs(self):
+        return [TensorSpec("x", "FP32", (-1, 2))]
+
+    def outputs(self):
+        return [TensorSpec("y", "FP32", (-1, 2))]
+
+    def run(self, inputs, output_names):
+        x = inputs["x"]
+        self.batches.append(x.copy())
+        time.sleep(self.sleep_s)
+        if (x < 0).any():
+            raise ValueError("negative input")
+        return {"y": x * 2}
+
+    def unload(self) -> None:
+        pass
+
+
+def make_batcher(backends, batching: str = "max_queue_delay_microseconds: 20000",
+                 max_batch_size: int = 8, max_queue_size: int = 100):
+    config = text_format.Parse(
+        f'name: "m" max_batch_size: {max_batch_size} '
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ] '
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 2 ] } ] '
+        f"dynamic_batching {{ {batching} }}",
+        mc.ModelConfig(),
+    )
+    pool = InstancePool([Instance(b, f"i{n}") for n, b in enumerate(backends)])
+    return DynamicBatcher(
+        pool, RequestRules.from_config(config), {"y": "FP32"}, ModelStatistics("m", "1"),
+        config.dynamic_batching, max_batch_size, max_queue_size,
+        backends[0].allowed_batch_sizes(),
+    )  # fmt: skip
+
+
+def request(value: float, rows: int = 1, **parameters) -> InferRequest:
+    data = np.full((rows, 2), value, dtype=np.float32) + np.arange(rows, dtype=np.float32)[:, None]
+    return InferRequest("m", inputs=[Tensor("x", "FP32", data)], parameters=parameters)
+
+
+async def gather(batcher, requests):
+    return await asyncio.gather(*(batcher.infer(r) for r in requests), return_exceptions=True)
+
+
+def test_concurrent_requests_share_batches_and_get_their_own_rows():
+    backend = DoublingBackend()
+    batcher = make_batcher([backend])
+
+    async def go():
+        requests = [request(10.0 * i, rows=1 + i % 3) for i in range(12)]
+        responses = await gather(batcher, requests)
+        await batcher.close()
+        return requests, responses
+
+    requests, responses = asyncio.run(go())
+    for req, resp in zip(requests, responses, strict=True):
+        np.testing.assert_array_equal(resp.outputs[0].data, req.inputs[0].data * 2)
+    assert len(backend.batches) < len(requests)
+    assert all(len(b) <= 8 for b in backend.batches)
+    stats = batcher.stats
+    assert stats.inference_count == sum(1 + i % 3 for i in range(12))
+    assert stats.execution_count == len(backend.batches)
+    assert stats.success.count == 12
+
+
+def test_a_failing_batch_fails_only_its_requests():
+    backend = DoublingBackend()
+    batcher = make_batcher([backend], batching="", max_batch_size=1)  # one request per batch
+
+    async def go():
+        responses = await gather(batcher, [request(1.0), request(-1.0), request(2.0)])
+        await batcher.close()
+        return responses
+
+    ok1, bad, ok2 = asyncio.run(go())
+    assert isinstance(bad, Internal) and "negative input" in bad.message
+    np.testing.assert_array_equal(ok1.outputs[0].data, [[2.0, 2.0]])
+    np.testing.assert_array_equal(ok2.outputs[0].data, [[4.0, 4.0]])
+    assert batcher.stats.failure_reasons == {"BACKEND": 1}
+
+
+def test_padding_to_allowed_sizes_is_dropped_from_outputs():
+    backend = DoublingBackend(allowed=(4, 8))
+    batcher = make_batcher([backend])
+
+    async def go():
+        responses = await gather(batcher, [request(1.0, rows=2), request(5.0)])
+        await batcher.close()
+        return responses
+
+    two, one = asyncio.run(go())
+    assert [len(b) for b in backend.batches] == [4]
+    assert two.outputs[0].data.shape == (2, 2) and one.outputs[0].data.shape == (1, 2)
+    np.testing.assert_array_equal(one.outputs[0].data, [[10.0, 10.0]])
+    assert batcher.stats.inference_count == 3  # padding rows are not inferences
+
+
+def test_cancelled_request_leaves_the_queue_without_running():
+    backend = DoublingBackend()
+    batcher = make_batcher([backend], batching="max_queue_delay_microseconds: 200000")
+
+    async def go():
+        doomed = asyncio.create_task(batcher.infer(request(99.0)))
+        await asyncio.sleep(0.01)
+        doomed.cancel()
+        response = await batcher.infer(request(1.0))
+        await batcher.close()
+        return response
+
+    asyncio.run(go())
+    ran = np.concatenate(backend.batches)
+    assert 99.0 not in ran and 198.0 not in ran
+    assert batcher.stats.failure_reasons == {"CANCELED": 1}
+    assert batcher.pending == 0
+
+
+def test_queue_timeout_rejects_with_a_clear_error():
+    backend = DoublingBackend(sleep_s=0.2)
+    batcher = make_batcher(
+        [backend],
+        batching="default_queue_policy { default_timeout_microseconds: 50000 }",
+        max_batch_size=1,
+    )
+
+    async def go():
+        responses = await gather(batcher, [request(1.0), request(2.0)])
+        await batcher.close()
+        return responses
+
+    first, second = asyncio.run(go())
+    assert first.outputs[0].data[0, 0] == 2.0
+    assert isinstance(second, Unavailable) and "timed out in the queue" in second.message
+
+
+def test_queue_full_is_immediate():
+    batcher = make_batcher([DoublingBackend(sleep_s=0.1)], batching="", max_batch_size=1,
+                           max_queue_size=2)
+
+    async def go():
+        tasks = [asyncio.create_task(batcher.infer(request(1.0))) for _ in range(2)]
+        await asyncio.sleep(0)
+        start = time.monotonic()
+        with pytest.raises(Unavailable, match="queue is full"):
+            await batcher.infer(request(3.0))
+        elapsed = time.monotonic() - start
+        await asyncio.gather(*tasks)
+        await batcher.close()
+        return elapsed
+
+    assert asyncio.run(go()) < 0.05
+
+
+def test_preserve_ordering_answers_in_arrival_order():
+    # Two instances; the first request's batch is slow, the second's fast.
+    slow, fast = DoublingBackend(sleep_s=0.2), DoublingBackend()
+    batcher = make_batcher([slow, fast], batching="preserve_ordering: true", max_batch_size=1)
+    finished: list[int] = []
+
+    async def one(i: int):
+        await batcher.infer(request(float(i)))
+        finished.append(i)
+
+    async def go():
+        await asyncio.gather(one(0), one(1), one(2))
+        await batcher.close()
+
+    asyncio.run(go())
+    assert finished == [0, 1, 2]
