@@ -20,6 +20,13 @@ def _positive(value: str) -> int:
     return number
 
 
+def _positive_seconds(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    return number
+
+
 def _port(value: str) -> int:
     number = int(value)
     if not 0 <= number <= 65535:
@@ -62,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--repository-poll-secs",
-        type=float,
+        type=_positive_seconds,
         default=15.0,
         help="seconds between repository scans in poll mode (default %(default)s)",
     )

@@ -81,7 +81,9 @@ class InferenceCore:
     def check_admin(self, token: str | None) -> None:
         """Management calls need the admin token when one is configured."""
         self.repository.check_management_allowed()
-        if self.admin_token and not hmac.compare_digest(token or "", self.admin_token):
+        if self.admin_token and not hmac.compare_digest(
+            (token or "").encode(), self.admin_token.encode()
+        ):
             raise PermissionDenied(
                 "this call needs the admin token: send 'Authorization: Bearer <token>' "
                 "(gRPC metadata 'authorization')"

@@ -98,6 +98,11 @@ def to_raw(array: np.ndarray, datatype: str) -> bytes:
 def deserialize_bytes(raw: bytes | memoryview, count: int, where: str) -> np.ndarray:
     """Parse `count` length-prefixed (uint32 little-endian) elements."""
     view = memoryview(raw)
+    if count > len(view) // 4:  # each element needs at least its 4-byte length
+        raise InvalidArgument(
+            f"{where}: {len(view)} bytes cannot hold {count} BYTES elements "
+            "(each is a 4-byte length followed by its bytes)"
+        )
     out = np.empty(count, dtype=np.object_)
     offset = 0
     end = len(view)

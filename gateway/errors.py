@@ -55,5 +55,12 @@ class PermissionDenied(GatewayError):
     grpc_code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class Cancelled(GatewayError):
+    """The client went away before its request ran; nobody reads this answer."""
+
+    http_status = 499  # the de facto "client closed request" status
+    grpc_code = grpc.StatusCode.CANCELLED
+
+
 class Internal(GatewayError):
     """The backend failed while running a request; the message carries its reason."""

@@ -7,6 +7,7 @@ not recoverable from the numpy dtype alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,9 @@ class InferRequest:
     inputs: list[Tensor] = field(default_factory=list)
     # Empty means "every output of the model".
     outputs: list[RequestedOutput] = field(default_factory=list)
+    # Set by a front that can tell when its client has gone away (HTTP disconnect);
+    # schedulers then drop the request instead of running it.
+    client_gone: Callable[[], bool] | None = None
 
 
 @dataclass(slots=True)

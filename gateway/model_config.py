@@ -67,6 +67,8 @@ def parse_config_text(text: str, source: str) -> mc.ModelConfig:
 
 
 def parse_config_dict(data: dict[str, Any], source: str) -> mc.ModelConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected an object of ModelConfig fields")
     config = mc.ModelConfig()
     try:
         json_format.ParseDict(data, config)

@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from gateway.model import ModelVersion
-from gateway.model_config import parse_config_dict, read_config
+from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,10 @@ class ModelEntry:
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, s in self.versions.items() if s.state == "READY")
+
+
+def _ready(state: VersionState | None) -> bool:
+    return state is not None and state.state == "READY"
 
 
 def available_versions(model_dir: Path) -> list[int]:
@@ -190,34 +194,32 @@ class ModelRepository:
             )
 
     async def load(self, name: str, config_json: dict[str, Any] | None = None) -> None:
-        """Load (or reload) a model's versions; new versions are ready before old ones go."""
+        """Load (or reload) a model's versions.
+
+        Versions already serving go on serving while their replacements load, and
+        keep serving if a replacement fails (as in Triton).
+        """
         model_dir = self.root / name
         if not (model_dir.is_dir() and name and "/" not in name and not name.startswith(".")):
             raise NotFound(f"model '{name}' is not in the repository {self.root}")
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             try:
-                config = (
-                    parse_config_dict(config_json, f"config override for '{name}'")
-                    if config_json is not None
-                    else read_config(model_dir)
-                )
-                if config_json is not None and not config.name:
-                    config.name = name
+                config = self._config(name, model_dir, config_json)
                 wanted = versions_to_load(config, available_versions(model_dir))
                 if not wanted:
                     raise InvalidArgument(f"model '{name}' has no version directory in {model_dir}")
             except GatewayError as exc:
-                # Versions already serving keep serving; the index shows why the reload failed.
-                entry.error = exc.message
+                entry.error = exc.message  # the index shows why; serving versions stay
                 raise
             entry.error = ""
             entry.fingerprint = fingerprint(model_dir)
             old = entry.versions
+            entry.versions = {
+                **old,
+                **{v: VersionState("LOADING") for v in wanted if not _ready(old.get(v))},
+            }
             new: dict[int, VersionState] = {}
-            for version in wanted:
-                new[version] = VersionState("LOADING")
-            entry.versions = {**{v: s for v, s in old.items() if v not in new}, **new}
             errors = []
             for version in wanted:
                 try:
@@ -227,8 +229,11 @@ class ModelRepository:
                 except Exception as exc:  # any backend failure only fails this model
                     reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                     log.error("model '%s' version %d failed to load: %s", name, version, reason)
-                    new[version] = VersionState("UNAVAILABLE", reason)
                     errors.append(reason)
+                    previous = old.get(version)
+                    new[version] = (
+                        previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
+                    )
                 else:
                     new[version] = VersionState("READY", model=model)
             entry.versions = new
@@ -237,6 +242,20 @@ class ModelRepository:
             )
             if errors:
                 raise Unavailable(f"failed to load model '{name}': {'; '.join(errors)}")
+
+    def _config(
+        self, name: str, model_dir: Path, config_json: dict[str, Any] | None
+    ) -> mc.ModelConfig:
+        if config_json is None:
+            return read_config(model_dir)
+        config = parse_config_dict(config_json, f"config override for '{name}'")
+        if config.name and config.name != name:
+            raise InvalidArgument(
+                f"config override names the model '{config.name}', but it is loaded as '{name}'"
+            )
+        config.name = name
+        check_config(config)
+        return config
 
     async def unload(self, name: str) -> None:
         entry = self.models.get(name)

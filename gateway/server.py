@@ -93,7 +93,7 @@ class Gateway:
         self.grpc_server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", options.max_body_bytes),
-                ("grpc.max_send_message_length", options.max_body_bytes),
+                ("grpc.max_send_message_length", -1),  # the limit is on requests, not answers
             ]
         )
         self.health = add_services(self.grpc_server, self.core)

@@ -115,7 +115,13 @@ def check_request(
         data = tensor.data
         if rule.reshape is not None:
             leading = shape[:1] if rules.max_batch_size > 0 else ()
-            data = data.reshape(leading + rule.reshape)
+            try:
+                data = data.reshape(leading + rule.reshape)
+            except ValueError:
+                raise InvalidArgument(
+                    f"input '{tensor.name}' of model '{model}': shape {_show(shape)} cannot be "
+                    f"reshaped to the config's reshape {_show(rule.reshape)}"
+                ) from None
         feed[tensor.name] = data
     missing = [
         name for name, rule in rules.inputs.items() if name not in feed and not rule.optional

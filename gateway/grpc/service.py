@@ -103,6 +103,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self, request_iterator, context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of a stream run concurrently; each response carries its request's id."""
+        # Bounded both ways: at most STREAM_IN_FLIGHT requests run or wait to be sent.
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
         tasks: set[asyncio.Task] = set()
@@ -118,8 +119,6 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 await results.put(
                     _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
                 )
-            finally:
-                slots.release()
 
         async def read() -> None:
             try:
@@ -137,6 +136,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (item := await results.get()) is not None:
                 yield item
+                slots.release()  # only once the answer is handed to gRPC
         finally:
             reader.cancel()
             for task in list(tasks):

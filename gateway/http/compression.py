@@ -28,14 +28,17 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
         raise InvalidArgument(f"the {encoding} body could not be decompressed: {exc}") from None
     if decompressor.unconsumed_tail:
         raise PayloadTooLarge(f"the decompressed request body is over the {limit}-byte limit")
+    if not decompressor.eof or decompressor.unused_data:
+        raise InvalidArgument(f"the {encoding} body is truncated or has trailing data")
     return data
 
 
 def choose_encoding(accept_encoding: str | None) -> str | None:
     """gzip or deflate when the client accepts one (in its order), else None."""
     for item in (accept_encoding or "").split(","):
-        name = item.split(";")[0].strip().lower()
-        if name in _WBITS:
+        name, _, options = item.partition(";")
+        name = name.strip().lower()
+        if name in _WBITS and options.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00"):
             return name
     return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.errors import GatewayError, Unavailable
+from gateway.errors import Cancelled, GatewayError, Unavailable
 from gateway.inference import InferRequest, InferResponse
 from gateway.scheduling.instances import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
@@ -54,6 +54,10 @@ class DirectScheduler:
     async def _run(self, request, feed, output_names, batch_size, start) -> InferResponse:
         instance = await self.pool.acquire()
         queued = time.perf_counter_ns()
+        if request.client_gone is not None and request.client_gone():
+            self.pool.release(instance)
+            self.stats.record_failure(queued - start, "CANCELED")
+            raise Cancelled("the client disconnected before the request ran")
         try:
             outputs, infer_ns = await instance.run(feed, output_names)
         except Exception as exc:  # the backend's own failure, reported with its message

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.errors import Cancelled, GatewayError, InvalidArgument, Unavailable
 from gateway.inference import InferRequest, InferResponse
 from gateway.proto import model_config_pb2 as mc
 from gateway.scheduling import batch as batching
@@ -165,7 +165,7 @@ class DynamicBatcher:
             )
 
     async def _execute(self, instance: Instance, send: Send) -> None:
-        requests = [p for p in send.requests if not p.future.done()]  # cancelled ones drop out
+        requests = [p for p in send.requests if not self._dropped(p)]
         dispatched = time.perf_counter_ns()
         try:
             if requests:
@@ -173,6 +173,18 @@ class DynamicBatcher:
         finally:
             self.pool.release(instance)
             self._arrival.set()  # a free instance is news for the driver too
+
+    def _dropped(self, pending: Pending) -> bool:
+        """Whether a request's client is gone: it leaves without running."""
+        if pending.future.done():  # cancelled by its caller (a gRPC cancel)
+            return True
+        client_gone = pending.context.request.client_gone
+        if client_gone is None or not client_gone():
+            return False
+        context: _Context = pending.context
+        self.stats.record_failure(time.perf_counter_ns() - context.start_ns, "CANCELED")
+        pending.future.set_exception(Cancelled("the client disconnected before the request ran"))
+        return True
 
     async def _run_batch(self, instance: Instance, requests: list[Pending], start: int) -> None:
         output_names = sorted({name for p in requests for name in p.output_names})
@@ -184,6 +196,9 @@ class DynamicBatcher:
             merged = batching.pad(merged, rows, padded_rows)
             outputs, infer_ns = await instance.run(merged, output_names)
             ran = time.perf_counter_ns()
+            missing = [name for name in output_names if name not in outputs]
+            if missing:
+                raise batching.BatchShapeError(f"the backend returned no output {missing}")
             parts = batching.split(outputs, row_counts, padded_rows)
         except Exception as exc:  # the batch fails only its own requests
             error = backend_failure(self.rules.model, exc)

@@ -12,6 +12,7 @@ stay under INLINE_BELOW_NS, and goes back to its thread as soon as they do not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,8 @@ class Instance:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._inline_capable = backend.inline_capable()
         self.recent_run_ns: float | None = None  # moving average; None until the first run
+        # The run on the thread, which goes on even if its caller is cancelled.
+        self.running: asyncio.Future | None = None
 
     @property
     def runs_inline(self) -> bool:
@@ -48,9 +51,9 @@ class Instance:
             outputs, run_ns = self._timed_run(inputs, output_names)
         else:
             loop = asyncio.get_running_loop()
-            outputs, run_ns = await loop.run_in_executor(
-                self._thread, self._timed_run, inputs, output_names
-            )
+            self.running = loop.run_in_executor(self._thread, self._timed_run, inputs, output_names)
+            # shield: a cancelled caller must not cancel the bookkeeping of a run in progress.
+            outputs, run_ns = await asyncio.shield(self.running)
         previous = self.recent_run_ns
         self.recent_run_ns = run_ns if previous is None else 0.8 * previous + 0.2 * run_ns
         return outputs, run_ns
@@ -90,10 +93,15 @@ class InstancePool:
             if waiter.done() and not waiter.cancelled():
                 self.release(waiter.result())
             else:
-                self._waiters.remove(waiter)
+                with contextlib.suppress(ValueError):  # release() may have dropped it already
+                    self._waiters.remove(waiter)
             raise
 
     def release(self, instance: Instance) -> None:
+        if instance.running is not None and not instance.running.done():
+            # Its caller was cancelled mid-run: the instance is free only when the run ends.
+            instance.running.add_done_callback(lambda _: self.release(instance))
+            return
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

@@ -22,6 +22,11 @@ def build_response(
     output_datatypes: dict[str, str],
     outputs: dict[str, np.ndarray],
 ) -> InferResponse:
+    missing = [name for name in output_names if name not in outputs]
+    if missing:
+        raise Internal(
+            f"model '{request.model_name}': the backend returned no output {', '.join(missing)}"
+        )
     return InferResponse(
         model_name=request.model_name,
         model_version=version,

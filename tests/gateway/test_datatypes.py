@@ -42,7 +42,8 @@ def test_bytes_round_trip():
     ("raw", "count", "message"),
     [
         (b"\x05\0\0\0abc", 1, "declares 5 bytes but only 3 remain"),
-        (b"\x01\0\0\0a", 2, "ends after 1 of 2 elements"),
+        (b"\x01\0\0\0abcd", 2, "ends after 1 of 2 elements"),
+        (b"\x01\0\0\0a", 2_000_000_000, "5 bytes cannot hold 2000000000 BYTES elements"),
         (b"\x01\0\0\0ab", 1, "1 bytes left over"),
     ],
 )

@@ -143,3 +143,35 @@ def test_poll_mode_follows_the_repository(repository_copy, example_repository, s
     while client.is_model_ready("identity_int32") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not client.is_model_ready("identity_int32")
+
+
+def test_failed_reload_keeps_the_serving_version(repository_copy, server_factory):
+    repository = repository_copy("identity_int32")
+    server = server_factory(
+        repository, "--model-control-mode", "explicit", "--load-model", "identity_int32"
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    bad = {
+        "name": "identity_int32",
+        "platform": "onnxruntime_onnx",
+        "instance_group": [{"kind": "KIND_GPU", "gpus": [7]}],
+    }
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("identity_int32", config=json.dumps(bad))
+    assert "GPU" in info.value.message()
+    assert client.is_model_ready("identity_int32")
+    np.testing.assert_array_equal(infer_identity(client, "http").as_numpy("OUTPUT0"), [[1, 2, 3]])
+
+
+def test_config_override_must_be_a_valid_config_for_that_model(repository_copy, server_factory):
+    repository = repository_copy("identity_int32")
+    server = server_factory(repository, "--model-control-mode", "explicit")
+    client = httpclient.InferenceServerClient(server.http_url)
+    for config, fragment in (
+        ({"name": "other", "platform": "onnxruntime_onnx"}, "loaded as 'identity_int32'"),
+        ({"platform": "onnxruntime_onnx", "max_batch_size": -1}, "max_batch_size must be >= 0"),
+        (5, "expected an object"),
+    ):
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("identity_int32", config=json.dumps(config))
+        assert info.value.status() == "400" and fragment in info.value.message()

@@ -8,7 +8,8 @@ from gateway.scheduling.batch import BatchShapeError, merge, merge_key, pad, pad
 
 def feed(rows: int, width: int = 3, dtype=np.float32, start: int = 0) -> dict[str, np.ndarray]:
     data = np.arange(start, start + rows * width, dtype=dtype).reshape(rows, width)
-    return {"x": data, "s": np.array([[f"r{start + i}".encode()] for i in range(rows)], dtype=object)}
+    strings = np.array([[f"r{start + i}".encode()] for i in range(rows)], dtype=object)
+    return {"x": data, "s": strings}
 
 
 def test_merge_concatenates_along_the_batch_dimension():

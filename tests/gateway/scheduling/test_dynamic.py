@@ -49,8 +49,12 @@ class DoublingBackend(Backend):
         pass
 
 
-def make_batcher(backends, batching: str = "max_queue_delay_microseconds: 20000",
-                 max_batch_size: int = 8, max_queue_size: int = 100):
+def make_batcher(
+    backends,
+    batching: str = "max_queue_delay_microseconds: 20000",
+    max_batch_size: int = 8,
+    max_queue_size: int = 100,
+):
     config = text_format.Parse(
         f'name: "m" max_batch_size: {max_batch_size} '
         'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ] '
@@ -166,8 +170,9 @@ def test_queue_timeout_rejects_with_a_clear_error():
 
 
 def test_queue_full_is_immediate():
-    batcher = make_batcher([DoublingBackend(sleep_s=0.1)], batching="", max_batch_size=1,
-                           max_queue_size=2)
+    batcher = make_batcher(
+        [DoublingBackend(sleep_s=0.1)], batching="", max_batch_size=1, max_queue_size=2
+    )
 
     async def go():
         tasks = [asyncio.create_task(batcher.infer(request(1.0))) for _ in range(2)]
@@ -199,3 +204,20 @@ def test_preserve_ordering_answers_in_arrival_order():
 
     asyncio.run(go())
     assert finished == [0, 1, 2]
+
+
+def test_request_of_a_departed_client_is_dropped_before_running():
+    backend = DoublingBackend()
+    batcher = make_batcher([backend])
+
+    async def go():
+        gone = request(99.0)
+        gone.client_gone = lambda: True
+        results = await gather(batcher, [gone, request(1.0)])
+        await batcher.close()
+        return results
+
+    gone_result, ok = asyncio.run(go())
+    assert "disconnected" in gone_result.message
+    np.testing.assert_array_equal(ok.outputs[0].data, [[2.0, 2.0]])
+    assert 99.0 not in np.concatenate(backend.batches)

@@ -56,8 +56,10 @@ def test_fast_inline_backend_moves_onto_the_event_loop():
     threads = list(backend.threads)
     instance.close()
     assert threads[0].startswith("fast")  # the first run measures, on its thread
-    # Once the moving average is under the threshold, runs stay on the loop's thread.
-    assert threads[-5:] == [threading.main_thread().name] * 5
+    # Once the moving average is under the threshold, runs move to the loop's thread
+    # (a rare slow run on a loaded machine may send a few back for a while).
+    inline = sum(name == threading.main_thread().name for name in threads[-20:])
+    assert inline >= 10
 
 
 @pytest.mark.parametrize(("inline", "sleep_s"), [(False, 0.0), (True, 2 * INLINE_BELOW_NS / 1e9)])
@@ -98,3 +100,30 @@ def test_pool_hands_instances_out_in_arrival_order_and_skips_cancelled_waiters()
         return order
 
     assert run(go()) == ["first", "last"]
+
+
+def test_instance_of_a_cancelled_caller_is_free_only_when_its_run_ends():
+    backend = RecordingBackend(inline=False, sleep_s=0.2)
+    pool = InstancePool([Instance(backend, "busy")])
+
+    async def go():
+        async def use():
+            instance = await pool.acquire()
+            try:
+                await instance.run({"x": np.zeros(1)}, ["x"])
+            finally:
+                pool.release(instance)
+
+        first = asyncio.create_task(use())
+        await asyncio.sleep(0.05)
+        first.cancel()  # the run goes on in the instance's thread
+        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        instance = await pool.acquire()
+        waited = loop.time() - start
+        pool.release(instance)
+        pool.close()
+        return waited
+
+    assert run(go()) >= 0.1  # the next caller waited for the orphaned run to finish
