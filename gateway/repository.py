@@ -107,6 +107,10 @@ class ModelRepository:
         if entry is None or not entry.versions:
             raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
         if version == "":
+            if len(entry.versions) == 1:  # the common case, without sorting
+                (state,) = entry.versions.values()
+                if state.state == "READY":
+                    return state.model  # type: ignore[return-value]
             ready = entry.ready_versions()
             if not ready:
                 states = ", ".join(

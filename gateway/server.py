@@ -17,6 +17,7 @@ from gateway import __version__
 from gateway.core import InferenceCore
 from gateway.grpc.service import add_services, set_serving
 from gateway.http.app import create_app
+from gateway.http.infer_route import with_infer_route
 from gateway.metrics import create_metrics_app
 from gateway.repository import ModelRepository
 
@@ -66,6 +67,10 @@ def _uvicorn(app) -> _Uvicorn:
         access_log=False,
         log_level="warning",
         timeout_keep_alive=30,
+        # Not behind a proxy by default, and per-response headers nobody reads cost time.
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
     )
     return _Uvicorn(config)
 
@@ -107,7 +112,11 @@ class Gateway:
         await self.grpc_server.start()
         await set_serving(self.health, False)
 
-        self.http = _uvicorn(create_app(self.core, options.max_body_bytes))
+        self.http = _uvicorn(
+            with_infer_route(
+                create_app(self.core, options.max_body_bytes), self.core, options.max_body_bytes
+            )
+        )
         self.metrics = _uvicorn(create_metrics_app(self.repository))
         self._tasks.append(asyncio.create_task(self.http.serve(sockets=[http_socket])))
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))

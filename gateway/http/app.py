@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -14,8 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.core import InferenceCore
 from gateway.errors import GatewayError, InvalidArgument, PayloadTooLarge
-from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json
-from gateway.http.compression import choose_encoding, compress, decompress
+from gateway.http.codec import parse_json
 from gateway.model_config import config_to_json
 
 log = logging.getLogger(__name__)
@@ -60,19 +58,6 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidArgument("the request body must be a JSON object")
     return data
-
-
-def disconnect_probe(request: Request) -> Callable[[], bool] | None:
-    """A cheap check of whether the HTTP client has disconnected.
-
-    uvicorn keeps a `disconnected` flag on the object whose method is the ASGI
-    `receive`; reading it costs nothing, where awaiting `receive` in a watcher task
-    per request halved throughput. Where the flag is missing, no early cancellation.
-    """
-    cycle = getattr(request.receive, "__self__", None)
-    if cycle is None or not hasattr(cycle, "disconnected"):
-        return None
-    return lambda: cycle.disconnected
 
 
 def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> FastAPI:
@@ -137,33 +122,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     async def model_stats(name: str, version: str = "") -> Response:
         return json_response({"model_stats": core.statistics(name, version)})
 
-    # ---- inference -------------------------------------------------------------------
-
-    @app.post("/v2/models/{name}/infer")
-    @app.post("/v2/models/{name}/versions/{version}/infer")
-    async def infer(request: Request, name: str, version: str = "") -> Response:
-        body = await read_body(request, max_body_bytes)
-        body = decompress(body, request.headers.get("content-encoding"), max_body_bytes)
-        header_length = request.headers.get(HEADER_LENGTH)
-        if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
-            raise InvalidArgument(
-                f"Inference-Header-Content-Length must be a byte count, got '{header_length}'"
-            )
-        infer_request = decode_request(
-            body, int(header_length) if header_length is not None else None, name, version
-        )
-        infer_request.client_gone = disconnect_probe(request)
-        response = await core.infer(infer_request)
-        payload, json_length = encode_response(response, infer_request)
-        headers = {}
-        if json_length is not None:
-            headers[HEADER_LENGTH] = str(json_length)
-        encoding = choose_encoding(request.headers.get("accept-encoding"))
-        if encoding is not None:
-            payload = compress(payload, encoding)
-            headers["Content-Encoding"] = encoding
-        media_type = JSON if json_length is None else "application/octet-stream"
-        return Response(payload, media_type=media_type, headers=headers)
+    # POST .../infer is served by gateway.http.infer_route, in front of this app.
 
     # ---- repository ------------------------------------------------------------------
 

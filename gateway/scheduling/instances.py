@@ -4,15 +4,18 @@ A dedicated thread per instance keeps a backend single-threaded from its own
 point of view (no backend has to be thread-safe) while the event loop stays free.
 
 Handing a run to that thread and back costs the event loop about 100-200 us on a
-busy core, more than a small model's whole run. So a backend that allows it
-(`Backend.inline_capable`) runs on the event loop itself while its recent runs
-stay under INLINE_BELOW_NS, and goes back to its thread as soon as they do not.
+busy core, more than a small model's whole run, and on a single core a thread buys
+no parallelism at all, only GIL hand-offs. So a backend that allows it
+(`Backend.inline_capable`) runs on the event loop itself when the process may use
+one core only, or while its recent runs stay under INLINE_BELOW_NS; otherwise, and
+as soon as runs grow longer, it runs on its thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -25,23 +28,32 @@ from backends.base import Backend
 INLINE_BELOW_NS = 100_000
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), e.g. 1 under `taskset -c 0`."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class Instance:
-    def __init__(self, backend: Backend, name: str) -> None:
+    def __init__(self, backend: Backend, name: str, cores: int | None = None) -> None:
         self.backend = backend
         self.name = name
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._inline_capable = backend.inline_capable()
+        self._single_core = (cores if cores is not None else usable_cores()) == 1
         self.recent_run_ns: float | None = None  # moving average; None until the first run
         # The run on the thread, which goes on even if its caller is cancelled.
         self.running: asyncio.Future | None = None
 
     @property
     def runs_inline(self) -> bool:
-        return (
-            self._inline_capable
-            and self.recent_run_ns is not None
-            and self.recent_run_ns < INLINE_BELOW_NS
-        )
+        if not self._inline_capable:
+            return False
+        if self._single_core:
+            return True
+        return self.recent_run_ns is not None and self.recent_run_ns < INLINE_BELOW_NS
 
     async def run(
         self, inputs: dict[str, np.ndarray], output_names: list[str]

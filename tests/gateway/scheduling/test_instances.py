@@ -46,7 +46,7 @@ def run(coro):
 
 def test_fast_inline_backend_moves_onto_the_event_loop():
     backend = RecordingBackend(inline=True)
-    instance = Instance(backend, "fast")
+    instance = Instance(backend, "fast", cores=2)
 
     async def go():
         for _ in range(30):
@@ -65,7 +65,7 @@ def test_fast_inline_backend_moves_onto_the_event_loop():
 @pytest.mark.parametrize(("inline", "sleep_s"), [(False, 0.0), (True, 2 * INLINE_BELOW_NS / 1e9)])
 def test_slow_or_incapable_backend_stays_on_its_thread(inline, sleep_s):
     backend = RecordingBackend(inline=inline, sleep_s=sleep_s)
-    instance = Instance(backend, "slow")
+    instance = Instance(backend, "slow", cores=2)
 
     async def go():
         for _ in range(3):
@@ -104,7 +104,7 @@ def test_pool_hands_instances_out_in_arrival_order_and_skips_cancelled_waiters()
 
 def test_instance_of_a_cancelled_caller_is_free_only_when_its_run_ends():
     backend = RecordingBackend(inline=False, sleep_s=0.2)
-    pool = InstancePool([Instance(backend, "busy")])
+    pool = InstancePool([Instance(backend, "busy", cores=2)])
 
     async def go():
         async def use():
@@ -127,3 +127,17 @@ def test_instance_of_a_cancelled_caller_is_free_only_when_its_run_ends():
         return waited
 
     assert run(go()) >= 0.1  # the next caller waited for the orphaned run to finish
+
+
+def test_a_single_core_process_runs_inline_from_the_first_run():
+    backend = RecordingBackend(inline=True, sleep_s=2 * INLINE_BELOW_NS / 1e9)
+    instance = Instance(backend, "one", cores=1)
+
+    async def go():
+        for _ in range(3):
+            await instance.run({"x": np.zeros(1)}, ["x"])
+
+    run(go())
+    threads = list(backend.threads)
+    instance.close()
+    assert threads == [threading.main_thread().name] * 3
