@@ -8,6 +8,9 @@ carry no `_total` suffix and dashboards query them by those exact names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from gateway.gpu import GpuReading, read_gpus
 from gateway.repository import ModelRepository
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -66,8 +69,49 @@ def _family(name: str, documentation: str, kind: str, samples: list[tuple[dict, 
     return "\n".join(lines)
 
 
-def render(repository: ModelRepository) -> str:
-    """The Prometheus text exposition of every ready model version."""
+# Upper bounds of the batch-size histogram's buckets (rows per execution).
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _batch_size_histogram(models) -> str:
+    lines = [
+        "# HELP accel_gateway_batch_size Rows per backend execution",
+        "# TYPE accel_gateway_batch_size histogram",
+    ]
+    for model in models:
+        labels = {"model": model.name, "version": str(model.version)}
+        sizes = {size: stats.compute_infer.count for size, stats in model.stats.batches.items()}
+        for bound in BATCH_SIZE_BUCKETS:
+            count = sum(n for size, n in sizes.items() if size <= bound)
+            lines.append(
+                f"accel_gateway_batch_size_bucket{_labels({**labels, 'le': str(bound)})} {count}"
+            )
+        total = sum(sizes.values())
+        lines.append(f"accel_gateway_batch_size_bucket{_labels({**labels, 'le': '+Inf'})} {total}")
+        lines.append(f"accel_gateway_batch_size_count{_labels(labels)} {total}")
+        rows = sum(size * n for size, n in sizes.items())
+        lines.append(f"accel_gateway_batch_size_sum{_labels(labels)} {rows}")
+    return "\n".join(lines)
+
+
+def _gpu_families(readings: list[GpuReading]) -> list[str]:
+    if not readings:
+        return []
+    families = []
+    for name, documentation, value in (
+        ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", lambda r: r.utilization),
+        ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", lambda r: r.memory_total_bytes),
+        ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", lambda r: r.memory_used_bytes),
+    ):
+        samples = [({"gpu_uuid": r.uuid}, value(r)) for r in readings]
+        families.append(_family(name, documentation, "gauge", samples))
+    return families
+
+
+def render(
+    repository: ModelRepository, read_gpus: Callable[[], list[GpuReading]] = read_gpus
+) -> str:
+    """The Prometheus text exposition of every ready model version, and of the GPUs."""
     models = repository.ready_models()
     families = []
     for name, documentation, key in _COUNTERS:
@@ -109,6 +153,8 @@ def render(repository: ModelRepository) -> str:
             pending,
         )
     )
+    families.append(_batch_size_histogram(models))
+    families += _gpu_families(read_gpus())
     return "\n".join(families) + "\n"
 
 

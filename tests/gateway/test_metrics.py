@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from gateway.gpu import GpuReading
+from gateway.metrics import render
+from gateway.statistics import ModelStatistics
+
+
+def fake_repository():
+    stats = ModelStatistics("m", "1")
+    stats.record_execution(4, 2, 100, 4000, 50)
+    stats.record_execution(1, 1, 100, 1000, 50)
+    stats.record_execution(32, 20, 100, 9000, 50, rows=30)
+    stats.record_success(5000, 1000)
+    stats.record_failure(10, "REJECTED")
+    model = SimpleNamespace(name="m", version=1, stats=stats, scheduler=SimpleNamespace(pending=3))
+    return SimpleNamespace(ready_models=lambda: [model])
+
+
+def samples(text: str) -> dict[str, str]:
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_triton_names_and_batch_histogram():
+    values = samples(render(fake_repository(), read_gpus=list))
+    labels = 'model="m",version="1"'
+    assert values[f"nv_inference_exec_count{{{labels}}}"] == "3"
+    assert values[f"nv_inference_count{{{labels}}}"] == "35"  # padding rows excluded
+    assert values[f'nv_inference_request_failure{{{labels},reason="REJECTED"}}'] == "1"
+    assert values[f"nv_inference_pending_request_count{{{labels}}}"] == "3"
+    # Per-request compute infer: each request is charged its batch's duration.
+    assert values[f"nv_inference_compute_infer_duration_us{{{labels}}}"] == str(
+        (4000 * 2 + 1000 + 9000 * 20) // 1000
+    )
+    assert values[f'accel_gateway_batch_size_bucket{{{labels},le="1"}}'] == "1"
+    assert values[f'accel_gateway_batch_size_bucket{{{labels},le="4"}}'] == "2"
+    assert values[f'accel_gateway_batch_size_bucket{{{labels},le="+Inf"}}'] == "3"
+    assert values[f"accel_gateway_batch_size_sum{{{labels}}}"] == "37"
+    assert "nv_gpu_utilization" not in values
+
+
+def test_gpu_gauges_when_a_gpu_is_there():
+    reading = GpuReading(0, "GPU-1234", 0.5, 80 * 2**30, 2**30)
+    values = samples(render(fake_repository(), read_gpus=lambda: [reading]))
+    assert values['nv_gpu_utilization{gpu_uuid="GPU-1234"}'] == "0.5"
+    assert values['nv_gpu_memory_total_bytes{gpu_uuid="GPU-1234"}'] == str(80 * 2**30)
+    assert values['nv_gpu_memory_used_bytes{gpu_uuid="GPU-1234"}'] == str(2**30)

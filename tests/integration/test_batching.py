@@ -1,0 +1,106 @@
+"""Dynamic batching seen from outside: tritonclient against a real gateway."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from models.mlp import reference_outputs
+
+
+def client_for(server, protocol: str):
+    if protocol == "http":
+        return httpclient.InferenceServerClient(server.http_url, concurrency=4)
+    return grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def infer_mlp(server, protocol: str, data: np.ndarray, model: str = "mlp", **kwargs):
+    mod = httpclient if protocol == "http" else grpcclient
+    client = client_for(server, protocol)
+    tensor = mod.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data)
+    try:
+        return client.infer(model, [tensor], **kwargs).as_numpy("OUTPUT0")
+    finally:
+        client.close()
+
+
+def counts(server) -> tuple[int, int]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics("mlp")["model_stats"][0]
+    return stats["inference_count"], stats["execution_count"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_concurrent_requests_batch_and_stay_row_exact(gateway, example_repository, protocol):
+    rng = np.random.default_rng(7)
+    inputs = [rng.random((1 + i % 4, 784), dtype=np.float32) for i in range(48)]
+    before = counts(gateway)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        outputs = list(pool.map(lambda data: infer_mlp(gateway, protocol, data), inputs))
+    after = counts(gateway)
+    model = example_repository / "mlp" / "1" / "model.onnx"
+    for data, output in zip(inputs, outputs, strict=True):
+        np.testing.assert_allclose(output, reference_outputs(model, data), rtol=1e-5, atol=1e-6)
+    inferences, executions = after[0] - before[0], after[1] - before[1]
+    assert inferences == sum(len(data) for data in inputs)
+    assert executions < len(inputs)  # requests shared batches
+
+
+@pytest.fixture
+def slow_window_repository(repository_copy):
+    """mlp whose batch window is long and whose queue holds two requests at most."""
+    repository = repository_copy("mlp")
+    config = repository / "mlp" / "config.pbtxt"
+    text = config.read_text()
+    head, _, _ = text.partition("dynamic_batching")
+    config.write_text(
+        head + "dynamic_batching { max_queue_delay_microseconds: 1000000 "
+        "default_queue_policy { max_queue_size: 2 } }\n"
+    )
+    return repository
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_full_queue_answers_unavailable_at_once(slow_window_repository, server_factory, protocol):
+    server = server_factory(slow_window_repository)
+    data = np.zeros((1, 784), dtype=np.float32)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        futures = [pool.submit(infer_mlp, server, protocol, data) for _ in range(6)]
+        results = []
+        for future in futures:
+            try:
+                results.append(future.result(timeout=30))
+            except InferenceServerException as exc:
+                results.append(exc)
+    errors = [r for r in results if isinstance(r, InferenceServerException)]
+    assert len(errors) == 4, results
+    expected_status = "503" if protocol == "http" else "StatusCode.UNAVAILABLE"
+    for error in errors:
+        assert str(error.status()) == expected_status
+        assert "max_queue_size 2" in error.message()
+
+
+def test_queue_timeout_and_priority_parameters(repository_copy, server_factory):
+    repository = repository_copy("mlp")
+    config = repository / "mlp" / "config.pbtxt"
+    head, _, _ = config.read_text().partition("dynamic_batching")
+    config.write_text(
+        head + "dynamic_batching { max_queue_delay_microseconds: 300000 priority_levels: 2 "
+        "default_priority_level: 2 default_queue_policy { allow_timeout_override: true } }\n"
+    )
+    server = server_factory(repository)
+    data = np.zeros((1, 784), dtype=np.float32)
+    for protocol in ("http", "grpc"):
+        with pytest.raises(InferenceServerException) as info:
+            infer_mlp(server, protocol, data, timeout=1000)  # 1 ms, inside a 300 ms window
+        assert "timed out in the queue" in info.value.message()
+        assert infer_mlp(server, protocol, data, priority=1).shape == (1, 10)
+        with pytest.raises(InferenceServerException) as info:
+            infer_mlp(server, protocol, data, priority=3)
+        assert "priority 3 is outside 1..2" in info.value.message()
