@@ -4,11 +4,11 @@ A dedicated thread per instance keeps a backend single-threaded from its own
 point of view (no backend has to be thread-safe) while the event loop stays free.
 
 Handing a run to that thread and back costs the event loop about 100-200 us on a
-busy core, more than a small model's whole run, and on a single core a thread buys
-no parallelism at all, only GIL hand-offs. So a backend that allows it
-(`Backend.inline_capable`) runs on the event loop itself when the process may use
-one core only, or while its recent runs stay under INLINE_BELOW_NS; otherwise, and
-as soon as runs grow longer, it runs on its thread.
+busy core, more than a small model's whole run; and on a single core a thread buys
+no parallel compute, only the overlap of the loop's I/O with long runs. So a backend
+that allows it (`Backend.inline_capable`) runs on the event loop itself while its
+recent runs stay under INLINE_BELOW_NS (INLINE_BELOW_NS_SINGLE_CORE when the process
+may use one core only), and on its thread as soon as they grow longer.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from backends.base import Backend
 
 # Runs shorter than this (moving average) execute on the event loop instead of a thread.
 INLINE_BELOW_NS = 100_000
+# On a single core a thread buys no parallel compute, only overlap of the loop's I/O
+# with the run: worth its hand-off cost for long runs only.
+INLINE_BELOW_NS_SINGLE_CORE = 5_000_000
 
 
 def usable_cores() -> int:
@@ -51,9 +54,8 @@ class Instance:
     def runs_inline(self) -> bool:
         if not self._inline_capable:
             return False
-        if self._single_core:
-            return True
-        return self.recent_run_ns is not None and self.recent_run_ns < INLINE_BELOW_NS
+        limit = INLINE_BELOW_NS_SINGLE_CORE if self._single_core else INLINE_BELOW_NS
+        return self.recent_run_ns is not None and self.recent_run_ns < limit
 
     async def run(
         self, inputs: dict[str, np.ndarray], output_names: list[str]

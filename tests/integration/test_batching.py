@@ -104,3 +104,26 @@ def test_queue_timeout_and_priority_parameters(repository_copy, server_factory):
         with pytest.raises(InferenceServerException) as info:
             infer_mlp(server, protocol, data, priority=3)
         assert "priority 3 is outside 1..2" in info.value.message()
+
+
+def test_disconnected_http_client_leaves_the_queue(slow_window_repository, server_factory):
+    import json
+    import socket
+    import time
+
+    server = server_factory(slow_window_repository)
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [1, 784], "datatype": "FP32", "data": [0.0] * 784}]}
+    ).encode()
+    head = (
+        f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
+        sock.sendall(head + body)
+        time.sleep(0.2)  # queued: the batch window is one second long
+    time.sleep(1.5)  # the window has ended; the request must not have run
+    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("mlp")
+    entry = stats["model_stats"][0]
+    assert entry["execution_count"] == 0
+    assert entry["inference_stats"]["fail"]["count"] == 1

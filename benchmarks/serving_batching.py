@@ -1,0 +1,126 @@
+"""Dynamic batching: batch-1 requests at concurrency 1, 8 and 64, batching off and on.
+
+    .venv/bin/python -m benchmarks.serving_batching [--models mlp mlp_wide] [--measurement-ms 3000]
+
+Models (fixed seeds): `mlp` FP32 [batch,784] -> 1024 -> 1024 -> 10, and `mlp_wide`
+with 8192-wide hidden layers (~294 MB of weights). Each is served twice, without
+and with `dynamic_batching`, by one gateway pinned to one core, and loaded by
+perf_analyzer pinned to the other. The floor is the same ONNX model called
+in-process at batch 32 on one thread (rows per second); every figure is printed
+as a ratio to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from backends.base import Device
+from backends.onnx_runtime import OnnxRuntimeBackend
+from benchmarks.perf import Measurement, perf_analyzer, pin_to, print_table, rate
+from gateway.launch import start_gateway
+from gateway.model_config import read_config
+from models.mlp import write_mlp
+
+HIDDEN = {"mlp": 1024, "mlp_wide": 8192}
+MAX_BATCH = {"mlp": 64, "mlp_wide": 32}
+# The batch window, sized to the model: a batch of mlp_wide computes for ~35 ms, during
+# which the next batch's requests arrive; a 2 ms window would send it half-full.
+QUEUE_DELAY_US = {"mlp": 2000, "mlp_wide": 20000}
+PATHS = (
+    ("gRPC unary", "grpc", ()),
+    ("gRPC streaming", "grpc", ("--streaming",)),
+    ("HTTP binary", "http", ()),
+)  # fmt: skip
+
+
+def build(repository: Path, model: str) -> None:
+    for batched in (False, True):
+        write_mlp(
+            repository, f"{model}_batched" if batched else model, HIDDEN[model],
+            dynamic_batching=batched, max_batch_size=MAX_BATCH[model],
+            max_queue_delay_us=QUEUE_DELAY_US[model], intra_op_threads=1,
+        )  # fmt: skip
+
+
+def floor_rows_per_s(repository: Path, model: str, core: int) -> float:
+    """ONNX Runtime in-process at batch 32, one thread, on the server's core."""
+    pin_to(core)
+    config = read_config(repository / model)
+    backend = OnnxRuntimeBackend(repository / model / "1" / "model.onnx", config, Device())
+    batch = {"INPUT0": np.random.default_rng(0).random((32, 784), dtype=np.float32)}
+    seconds = 2.0 if model == "mlp" else 6.0
+    calls = rate(lambda: backend.run(batch, ["OUTPUT0"]), seconds, warmup=3)
+    backend.unload()
+    return 32 * calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["mlp", "mlp_wide"], choices=HIDDEN)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument("--client-core", type=int, default=1)
+    args = parser.parse_args()
+
+    for model in args.models:
+        with tempfile.TemporaryDirectory() as tmp:
+            repository = Path(tmp) / "repository"
+            build(repository, model)
+            floor = floor_rows_per_s(repository, model, args.server_core)
+            pin_to(args.client_core)  # this process only waits from here on
+            server = start_gateway(
+                repository, "--log-level", "warning",
+                log_path=Path(tmp) / "gateway.log", cpu_cores={args.server_core},
+                timeout_s=120,
+            )  # fmt: skip
+            rows: list[Measurement] = []
+            try:
+                for batched in (False, True):
+                    name = f"{model}_batched" if batched else model
+                    for label, protocol, extra in PATHS:
+                        url = server.grpc_url if protocol == "grpc" else server.http_url
+                        for concurrency in args.concurrency:
+                            rows.append(
+                                perf_analyzer(
+                                    name,
+                                    url,
+                                    protocol,
+                                    concurrency,
+                                    args.client_core,
+                                    f"{label}, batching {'on' if batched else 'off'}",
+                                    extra,
+                                    args.measurement_ms,
+                                )  # fmt: skip
+                            )
+            finally:
+                server.stop()
+        print_table(
+            f"{model}: batch-1 requests, server on core {args.server_core}, "
+            f"perf_analyzer on core {args.client_core}",
+            "ONNX Runtime in-process, batch 32, one thread (rows/s)",
+            floor,
+            rows,
+        )
+        _summary(rows, floor)
+
+
+def _summary(rows: list[Measurement], floor: float) -> None:
+    top = max(rows, key=lambda m: m.throughput if "on" in m.label else 0)
+    off = {(m.label.split(",")[0], m.concurrency): m.throughput for m in rows if "off" in m.label}
+    print(
+        f"best with batching: {top.throughput:,.0f} infer/s ({top.label}, c={top.concurrency}),"
+        f" {top.throughput / floor:.1%} of the floor"
+    )
+    for m in rows:
+        if "on" in m.label and m.concurrency == max(r.concurrency for r in rows):
+            base = off[(m.label.split(",")[0], m.concurrency)]
+            print(f"  {m.label} c={m.concurrency}: {m.throughput / base:.1f}x unbatched")
+
+
+if __name__ == "__main__":
+    main()
