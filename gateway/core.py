@@ -9,8 +9,10 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
+import orjson
+
 from gateway import SERVER_NAME, __version__
-from gateway.errors import NotFound, PermissionDenied
+from gateway.errors import InvalidArgument, NotFound, PermissionDenied
 from gateway.inference import InferRequest, InferResponse
 from gateway.proto import model_config_pb2 as mc
 from gateway.repository import ModelRepository
@@ -90,9 +92,21 @@ class InferenceCore:
             )
 
     async def load_model(
-        self, name: str, token: str | None, config_json: dict[str, Any] | None = None
+        self, name: str, token: str | None, parameters: dict[str, Any] | None = None
     ) -> None:
+        """Load or reload a model; the parameter `config` may carry a JSON config override."""
         self.check_admin(token)
+        parameters = parameters or {}
+        if any(key.startswith("file:") for key in parameters):
+            raise InvalidArgument("loading model files through the load call is not supported")
+        config_json = None
+        if "config" in parameters:
+            try:
+                config_json = orjson.loads(parameters["config"])
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                raise InvalidArgument(
+                    f"load parameter 'config' must be a JSON string: {exc}"
+                ) from None
         await self.repository.load(name, config_json)
 
     async def unload_model(self, name: str, token: str | None) -> None:

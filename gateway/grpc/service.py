@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-import orjson
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from gateway.core import InferenceCore
-from gateway.errors import GatewayError, InvalidArgument
+from gateway.errors import GatewayError
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
 from gateway.proto import grpc_service_pb2 as pb
 from gateway.proto import grpc_service_pb2_grpc as pb_grpc
@@ -152,17 +151,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def RepositoryModelLoad(self, request, context):
         parameters = {key: parameter_value(value) for key, value in request.parameters.items()}
-        config_json = None
-        if "config" in parameters:
-            try:
-                config_json = orjson.loads(parameters["config"])
-            except (orjson.JSONDecodeError, TypeError) as exc:
-                raise InvalidArgument(
-                    f"load parameter 'config' must be a JSON string: {exc}"
-                ) from None
-        if any(key.startswith("file:") for key in parameters):
-            raise InvalidArgument("loading model files through the load call is not supported")
-        await self.core.load_model(request.model_name, _token(context), config_json)
+        await self.core.load_model(request.model_name, _token(context), parameters)
         return pb.RepositoryModelLoadResponse()
 
     @_rpc

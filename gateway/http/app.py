@@ -137,17 +137,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("load 'parameters' must be a JSON object")
-        config_json = None
-        if "config" in parameters:
-            try:
-                config_json = orjson.loads(parameters["config"])
-            except (orjson.JSONDecodeError, TypeError) as exc:
-                raise InvalidArgument(
-                    f"load parameter 'config' must be a JSON string: {exc}"
-                ) from None
-        if any(key.startswith("file:") for key in parameters):
-            raise InvalidArgument("loading model files through the load call is not supported")
-        await core.load_model(name, bearer_token(request), config_json)
+        await core.load_model(name, bearer_token(request), parameters)
         return Response(status_code=200)
 
     @app.post("/v2/repository/models/{name}/unload")
