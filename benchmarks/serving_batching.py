@@ -110,7 +110,9 @@ def main() -> None:
 
 
 def _summary(rows: list[Measurement], floor: float) -> None:
-    top = max(rows, key=lambda m: m.throughput if "on" in m.label else 0)
+    top = max(
+        rows, key=lambda m: m.throughput if "on" in m.label and m.throughput == m.throughput else 0
+    )
     off = {(m.label.split(",")[0], m.concurrency): m.throughput for m in rows if "off" in m.label}
     print(
         f"best with batching: {top.throughput:,.0f} infer/s ({top.label}, c={top.concurrency}),"

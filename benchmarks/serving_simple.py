@@ -95,7 +95,13 @@ def main() -> None:
         floor,
         rows,
     )
-    best = {label: max(m.throughput for m in rows if m.label == label) for label, _, _ in PATHS}
+    best = {
+        label: max(
+            (m.throughput for m in rows if m.label == label and m.throughput == m.throughput),
+            default=float("nan"),
+        )
+        for label, _, _ in PATHS
+    }
     for label, value in best.items():
         print(f"best {label}: {value:,.0f} infer/s")
 
