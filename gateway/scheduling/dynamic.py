@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from gateway.scheduling.queue import Pending, RequestQueue
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules, check_request
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -127,9 +130,16 @@ class DynamicBatcher:
             instance = await self.pool.acquire()
             try:
                 send = await self._next_batch()
-            except BaseException:
+            except asyncio.CancelledError:
                 self.pool.release(instance)
                 raise
+            except Exception as exc:  # a bug here must fail the queued requests, not hang them
+                self.pool.release(instance)
+                log.exception("model '%s': the batcher failed", self.rules.model)
+                self._fail_queued(backend_failure(self.rules.model, exc))
+                self._arrival.clear()
+                await self._arrival.wait()  # try again with the next request, not in a spin
+                continue
             for pending in send.requests:
                 self.queue.remove(pending)
             task = asyncio.get_running_loop().create_task(self._execute(instance, send))
@@ -152,6 +162,12 @@ class DynamicBatcher:
             timeout = None if wake is None else max(wake - self.clock(), 0.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrival.wait(), timeout)
+
+    def _fail_queued(self, error: GatewayError) -> None:
+        for pending in list(self.queue.in_order()):
+            self.queue.remove(pending)
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(error)
 
     def _reject_timed_out(self, pending: Pending) -> None:
         context: _Context = pending.context

@@ -221,3 +221,20 @@ def test_request_of_a_departed_client_is_dropped_before_running():
     assert "disconnected" in gone_result.message
     np.testing.assert_array_equal(ok.outputs[0].data, [[2.0, 2.0]])
     assert 99.0 not in np.concatenate(backend.batches)
+
+
+def test_a_failure_inside_the_batcher_fails_queued_requests_instead_of_hanging(monkeypatch):
+    batcher = make_batcher([DoublingBackend()])
+
+    def broken_plan(*args, **kwargs):
+        raise RuntimeError("planner bug")
+
+    monkeypatch.setattr("gateway.scheduling.dynamic.plan", broken_plan)
+
+    async def go():
+        result = await asyncio.wait_for(gather(batcher, [request(1.0)]), timeout=5)
+        await batcher.close()
+        return result
+
+    (error,) = asyncio.run(go())
+    assert isinstance(error, Internal) and "planner bug" in error.message
