@@ -1,0 +1,58 @@
+"""64 keep-alive HTTP connections hammering the infer route: every one keeps being served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+
+CONNECTIONS = 64
+SECONDS = 2.0
+
+
+def raw_infer_request() -> bytes:
+    header = json.dumps({
+        "inputs": [
+            {"name": name, "shape": [1, 16], "datatype": "INT32",
+             "parameters": {"binary_data_size": 64}}
+            for name in ("INPUT0", "INPUT1")
+        ],
+        "parameters": {"binary_data_output": True},
+    }).encode()  # fmt: skip
+    body = header + np.arange(16, dtype=np.int32).tobytes() * 2
+    return (
+        "POST /v2/models/simple/infer HTTP/1.1\r\nHost: gateway\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def hammer(port: int) -> list[int]:
+    request = raw_infer_request()
+    answered = [0] * CONNECTIONS
+    stop = time.monotonic() + SECONDS
+
+    async def connection(index: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while time.monotonic() < stop:
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            answered[index] += 1
+        writer.close()
+
+    await asyncio.gather(*(connection(i) for i in range(CONNECTIONS)))
+    return answered
+
+
+def test_no_connection_starves(gateway):
+    answered = asyncio.run(hammer(gateway.http_port))
+    assert min(answered) > 0, answered  # every connection was served, none stalled
+    assert sum(answered) > CONNECTIONS * 5
