@@ -44,15 +44,19 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def run_times(instance: Instance, count: int) -> None:
+    async def go():
+        for _ in range(count):
+            await instance.run({"x": np.zeros(1)}, ["x"])
+
+    run(go())
+
+
 def test_fast_inline_backend_moves_onto_the_event_loop():
     backend = RecordingBackend(inline=True)
     instance = Instance(backend, "fast", cores=2)
 
-    async def go():
-        for _ in range(30):
-            await instance.run({"x": np.zeros(1)}, ["x"])
-
-    run(go())
+    run_times(instance, 30)
     threads = list(backend.threads)
     instance.close()
     assert threads[0].startswith("fast")  # the first run measures, on its thread
@@ -67,11 +71,7 @@ def test_slow_or_incapable_backend_stays_on_its_thread(inline, sleep_s):
     backend = RecordingBackend(inline=inline, sleep_s=sleep_s)
     instance = Instance(backend, "slow", cores=2)
 
-    async def go():
-        for _ in range(3):
-            await instance.run({"x": np.zeros(1)}, ["x"])
-
-    run(go())
+    run_times(instance, 3)
     threads = list(backend.threads)
     instance.close()
     assert threads and all(name.startswith("slow") for name in threads)
@@ -134,11 +134,7 @@ def test_a_single_core_process_runs_longer_runs_inline():
     backend = RecordingBackend(inline=True, sleep_s=2 * INLINE_BELOW_NS / 1e9)
     instance = Instance(backend, "one", cores=1)
 
-    async def go():
-        for _ in range(3):
-            await instance.run({"x": np.zeros(1)}, ["x"])
-
-    run(go())
+    run_times(instance, 3)
     threads = list(backend.threads)
     instance.close()
     assert threads[0].startswith("one")  # the first run measures, on its thread
