@@ -12,7 +12,8 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.core import InferenceCore
-from gateway.errors import GatewayError, InvalidArgument, PayloadTooLarge
+from gateway.errors import GatewayError, InvalidArgument
+from gateway.http.body import read_body
 from gateway.http.codec import parse_json
 from gateway.model_config import config_to_json
 
@@ -34,24 +35,9 @@ def bearer_token(request: Request) -> str | None:
     return value[7:] if value.lower().startswith("bearer ") else None
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it is known to exceed `limit`."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
-    if declared is not None and declared.isascii() and declared.isdigit():
-        return await request.body()
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    body = await read_body(request, limit)
+    declared = request.headers.get("content-length")
+    body = await read_body(request.receive, declared.encode() if declared else None, limit)
     if not body.strip():
         return {}
     data = parse_json(body)

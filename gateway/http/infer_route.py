@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 
 from gateway.core import InferenceCore
-from gateway.errors import GatewayError, InvalidArgument, PayloadTooLarge
+from gateway.errors import GatewayError, InvalidArgument
+from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
 
@@ -41,27 +42,6 @@ def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
     if cycle is None or not hasattr(cycle, "disconnected"):
         return None
     return lambda: cycle.disconnected
-
-
-async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it is known to exceed `limit`."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"request body of {declared.decode()} bytes is over the {limit}-byte limit"
-        )
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise InvalidArgument("the client disconnected while sending the body")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
