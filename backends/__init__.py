@@ -16,6 +16,12 @@ __all__ = ["Backend", "BackendUnavailable", "Device", "TensorSpec", "backend_cla
 PLATFORMS: dict[str, tuple[str, str, str]] = {
     "onnxruntime_onnx": ("backends.onnx_runtime", "OnnxRuntimeBackend", "onnx"),
     "onnxruntime": ("backends.onnx_runtime", "OnnxRuntimeBackend", "onnx"),
+    "pytorch_libtorch": ("backends.torchscript", "TorchScriptBackend", "torch"),
+    "pytorch": ("backends.torchscript", "TorchScriptBackend", "torch"),
+    "pytorch_export": ("backends.torch_export", "TorchExportBackend", "torch"),
+    "tensorflow_savedmodel": ("backends.tensorflow_savedmodel", "SavedModelBackend", "tensorflow"),
+    "tensorflow": ("backends.tensorflow_savedmodel", "SavedModelBackend", "tensorflow"),
+    "jax_export": ("backends.jax_export", "JaxExportBackend", "jax"),
 }
 
 

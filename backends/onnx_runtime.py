@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
+from backends.parameters import int_parameter, string_parameter
 from gateway.errors import InvalidArgument
 from gateway.proto import model_config_pb2 as mc
 
@@ -53,37 +54,19 @@ _GRAPH_LEVELS = {
 }
 
 
-def _parameter(config: mc.ModelConfig, key: str) -> str | None:
-    if key in config.parameters:
-        return config.parameters[key].string_value
-    return None
-
-
-def _int_parameter(config: mc.ModelConfig, key: str) -> int | None:
-    value = _parameter(config, key)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BackendUnavailable(
-            f"model '{config.name}': parameter {key} must be an integer, got '{value}'"
-        ) from None
-
-
 def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     options = ort.SessionOptions()
-    intra = _int_parameter(config, "intra_op_thread_count")
-    inter = _int_parameter(config, "inter_op_thread_count")
+    intra = int_parameter(config, "intra_op_thread_count")
+    inter = int_parameter(config, "inter_op_thread_count")
     if intra is not None:
         options.intra_op_num_threads = intra
     if inter is not None:
         options.inter_op_num_threads = inter
-    if _int_parameter(config, "execution_mode") == 1:
+    if int_parameter(config, "execution_mode") == 1:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    if _parameter(config, "enable_mem_arena") in ("0", "false"):
+    if string_parameter(config, "enable_mem_arena") in ("0", "false"):
         options.enable_cpu_mem_arena = False
-    if _parameter(config, "enable_mem_pattern") in ("0", "false"):
+    if string_parameter(config, "enable_mem_pattern") in ("0", "false"):
         options.enable_mem_pattern = False
     options.graph_optimization_level = _GRAPH_LEVELS.get(
         config.optimization.graph.level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL

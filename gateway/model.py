@@ -60,6 +60,17 @@ def instance_devices(config: mc.ModelConfig, gpu_capable: bool) -> list[Device]:
     return devices
 
 
+def artifact_path(
+    model_dir: Path, version: int, config: mc.ModelConfig, backend_type: type[Backend]
+) -> Path:
+    """`<model_dir>/<version>/<default_model_filename or the backend's default>`, checked."""
+    filename = config.default_model_filename or backend_type.default_filename
+    artifact = model_dir / str(version) / filename
+    if not artifact.exists():
+        raise BackendUnavailable(f"model '{config.name}' version {version}: {artifact} is missing")
+    return artifact
+
+
 class ModelVersion:
     def __init__(
         self,
@@ -95,12 +106,7 @@ class ModelVersion:
         """Load every instance (blocking: call from a worker thread)."""
         config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
         backend_type = backend_class(platform_of(config))
-        filename = config.default_model_filename or backend_type.default_filename
-        artifact = model_dir / str(version) / filename
-        if not artifact.exists():
-            raise BackendUnavailable(
-                f"model '{config.name}' version {version}: {artifact} is missing"
-            )
+        artifact = artifact_path(model_dir, version, config, backend_type)
         backends: list[Backend] = []
         try:
             for device in instance_devices(config, backend_type.gpu_capable()):

@@ -19,7 +19,13 @@ from gateway.proto import model_config_pb2 as mc
 CONFIG_FILES = ("config.pbtxt", "config.yaml", "config.yml")
 
 # Artifact file name -> platform, for models that come with no config at all.
-_PLATFORM_BY_ARTIFACT = {"model.onnx": "onnxruntime_onnx"}
+_PLATFORM_BY_ARTIFACT = {
+    "model.onnx": "onnxruntime_onnx",
+    "model.pt2": "pytorch_export",
+    "model.pt": "pytorch_libtorch",
+    "model.savedmodel": "tensorflow_savedmodel",
+    "model.jax": "jax_export",
+}
 
 _V2_TO_CONFIG = {
     "BOOL": "TYPE_BOOL",

@@ -1,0 +1,203 @@
+"""`jax_export`: a serialized `jax.export` artifact (`model.jax`, StableHLO plus its pytrees).
+
+The artifact runs without the model's Python code: it is deserialized, wrapped in
+`jax.jit` and compiled for each batch bucket (`batch_buckets`, default powers of two up
+to max_batch_size) before the model is ready; batches are padded up to a bucket.
+Tensor names come from the artifact's pytrees: the keys of a dict argument or result,
+else `INPUT__<i>` / `OUTPUT__<i>` by position.
+
+JAX grabs most of a GPU's memory when it starts; the gateway turns that preallocation
+off (XLA_PYTHON_CLIENT_PREALLOCATE=false, unless the environment already sets it) so
+JAX models allocate what they use and share the GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import export as jax_export  # noqa: E402
+
+from backends.base import Backend, BackendUnavailable, Device, TensorSpec  # noqa: E402
+from backends.buckets import batch_buckets  # noqa: E402
+from gateway.datatypes import NUMPY_DTYPES  # noqa: E402
+from gateway.proto import model_config_pb2 as mc  # noqa: E402
+from gateway.scheduling.batch import pad, padded_size  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+# Served models may take 64-bit tensors; without this JAX would silently narrow them.
+jax.config.update("jax_enable_x64", True)
+
+_NUMPY_TO_V2 = {
+    np.dtype(np.bool_): "BOOL",
+    np.dtype(np.uint8): "UINT8",
+    np.dtype(np.uint16): "UINT16",
+    np.dtype(np.uint32): "UINT32",
+    np.dtype(np.uint64): "UINT64",
+    np.dtype(np.int8): "INT8",
+    np.dtype(np.int16): "INT16",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.float16): "FP16",
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+    np.dtype(ml_dtypes.bfloat16): "BF16",
+}
+
+
+def _leaf_names(tree, count: int, prefix: str) -> list[str]:
+    """A name per leaf of `tree`: its dict key, else PREFIX__<position>."""
+    indexed = jax.tree_util.tree_unflatten(tree, list(range(count)))
+    names = [""] * count
+    for path, index in jax.tree_util.tree_flatten_with_path(indexed)[0]:
+        key = path[-1] if path else None
+        if isinstance(key, jax.tree_util.DictKey):
+            names[index] = str(key.key)
+        else:
+            names[index] = f"{prefix}__{index}"
+    return names
+
+
+def _spec(name: str, aval, model: str) -> TensorSpec:
+    datatype = _NUMPY_TO_V2.get(np.dtype(aval.dtype))
+    if datatype is None:
+        raise BackendUnavailable(
+            f"model '{model}': tensor '{name}' has dtype {aval.dtype}, which has no V2 datatype"
+        )
+    return TensorSpec(name, datatype, tuple(d if isinstance(d, int) else -1 for d in aval.shape))
+
+
+class JaxExportBackend(Backend):
+    default_filename = "model.jax"
+
+    def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
+        super().__init__(artifact, config, device)
+        try:
+            self._exported = jax_export.deserialize(bytearray(artifact.read_bytes()))
+        except Exception as exc:  # flatbuffer and version errors come in many types
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise BackendUnavailable(
+                f"model '{config.name}': cannot read {artifact.name} as a serialized "
+                f"jax.export artifact: {reason}"
+            ) from None
+        self._device = self._jax_device(device)
+        exported = self._exported
+        input_names = _leaf_names(exported.in_tree, len(exported.in_avals), "INPUT")
+        output_names = _leaf_names(exported.out_tree, len(exported.out_avals), "OUTPUT")
+        self._inputs = [
+            _spec(n, aval, config.name)
+            for n, aval in zip(input_names, exported.in_avals, strict=True)
+        ]
+        self._outputs = [
+            _spec(n, aval, config.name)
+            for n, aval in zip(output_names, exported.out_avals, strict=True)
+        ]
+        self._output_position = {name: i for i, name in enumerate(output_names)}
+        if config.max_batch_size > 0:
+            for spec in self._inputs:
+                if not spec.shape or spec.shape[0] != -1:
+                    raise BackendUnavailable(
+                        f"model '{config.name}': input '{spec.name}' has shape "
+                        f"{list(spec.shape)}, without the symbolic first dimension that "
+                        "max_batch_size > 0 needs; export with jax.export.symbolic_shape "
+                        "or set max_batch_size 0"
+                    )
+        self._call = jax.jit(exported.call)
+        self._buckets = batch_buckets(config)
+        started = time.perf_counter()
+        for rows in self._buckets or (None,):
+            self._warm_up(rows)
+        log.info(
+            "model '%s' (jax.export) on %s, compiled for batch sizes %s in %.1f s",
+            config.name,
+            self._device,
+            list(self._buckets) or "[unbatched]",
+            time.perf_counter() - started,
+        )
+
+    def _jax_device(self, device: Device):
+        platform = "cpu" if device.kind == "cpu" else "cuda"
+        if platform not in self._exported.platforms:
+            raise BackendUnavailable(
+                f"model '{self.config.name}' was exported for {', '.join(self._exported.platforms)}"
+                f", not {platform}; export with platforms=[..., '{platform}'] or change the "
+                "instance_group kind"
+            )
+        try:
+            devices = jax.devices("cpu" if device.kind == "cpu" else "gpu")
+        except RuntimeError:
+            devices = []
+        if device.index >= len(devices):
+            raise BackendUnavailable(
+                f"model '{self.config.name}' asks for {device} but JAX sees {len(devices)} such "
+                "device(s); use KIND_CPU or install jax with CUDA support"
+            )
+        return devices[device.index]
+
+    def _warm_up(self, rows: int | None) -> None:
+        feed = {}
+        for spec in self._inputs:
+            shape = tuple(max(d, 1) for d in spec.shape)
+            if rows is not None:
+                shape = (rows, *shape[1:])
+            feed[spec.name] = np.zeros(shape, NUMPY_DTYPES[spec.datatype])
+        self._execute(feed)
+
+    @classmethod
+    def gpu_capable(cls) -> bool:
+        try:
+            return bool(jax.devices("gpu"))
+        except RuntimeError:
+            return False
+
+    @classmethod
+    def inline_capable(cls) -> bool:
+        return True  # a jitted function may be called from any thread
+
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        return self._buckets or None
+
+    def inputs(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        rows = None
+        if self._buckets:
+            rows = len(next(iter(inputs.values())))
+            inputs = pad(inputs, rows, padded_size(rows, self._buckets))
+        leaves = self._execute(inputs)
+        outputs = {}
+        for name in output_names:
+            array = np.asarray(leaves[self._output_position[name]])
+            if array.dtype == ml_dtypes.bfloat16:
+                array = array.view(np.uint16)
+            outputs[name] = array if rows is None else array[:rows]
+        return outputs
+
+    def _execute(self, inputs: dict[str, np.ndarray]) -> list:
+        leaves = []
+        for spec in self._inputs:
+            array = inputs[spec.name]
+            if spec.datatype == "BF16":  # BF16 travels as uint16 bit patterns
+                array = array.view(ml_dtypes.bfloat16)
+            leaves.append(jax.device_put(array, self._device))
+        args, kwargs = jax.tree_util.tree_unflatten(self._exported.in_tree, leaves)
+        return jax.tree_util.tree_leaves(self._call(*args, **kwargs))
+
+    def memory_bytes(self) -> int:
+        # The weights are constants inside the serialized module: its size bounds them.
+        return self.artifact.stat().st_size
+
+    def unload(self) -> None:
+        del self._call, self._exported

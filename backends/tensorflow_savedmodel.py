@@ -1,0 +1,218 @@
+"""`tensorflow_savedmodel`: a SavedModel directory (`model.savedmodel/`) and one signature.
+
+The `signature_name` parameter picks the signature (default `serving_default`); its
+input and output names, datatypes and shapes complete the config. `jit_compile: true`
+runs the signature through XLA, compiled per batch bucket before the model is ready.
+
+TensorFlow takes the whole GPU by default. Here it grows its memory on demand, or stays
+under `gpu_memory_limit_mb` (a process-wide setting, so the first model to load sets it).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+from pathlib import Path
+
+# Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import ml_dtypes  # noqa: E402  (TensorFlow depends on it; numpy's view of bfloat16)
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from backends.base import Backend, BackendUnavailable, Device, TensorSpec  # noqa: E402
+from backends.buckets import batch_buckets  # noqa: E402
+from backends.parameters import bool_parameter, int_parameter, string_parameter  # noqa: E402
+from gateway.datatypes import NUMPY_DTYPES  # noqa: E402
+from gateway.proto import model_config_pb2 as mc  # noqa: E402
+from gateway.scheduling.batch import pad, padded_size  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+_TF_TO_V2 = {
+    tf.bool: "BOOL",
+    tf.uint8: "UINT8",
+    tf.uint16: "UINT16",
+    tf.uint32: "UINT32",
+    tf.uint64: "UINT64",
+    tf.int8: "INT8",
+    tf.int16: "INT16",
+    tf.int32: "INT32",
+    tf.int64: "INT64",
+    tf.float16: "FP16",
+    tf.float32: "FP32",
+    tf.float64: "FP64",
+    tf.bfloat16: "BF16",
+    tf.string: "BYTES",
+}
+
+_gpu_memory_configured = False
+
+
+def configure_gpu_memory(config: mc.ModelConfig) -> None:
+    """Memory growth, or a limit, on every GPU; TensorFlow allows this once per process."""
+    global _gpu_memory_configured
+    if _gpu_memory_configured:
+        return
+    limit_mb = int_parameter(config, "gpu_memory_limit_mb")
+    try:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            if limit_mb:
+                logical = tf.config.LogicalDeviceConfiguration(memory_limit=limit_mb)
+                tf.config.set_logical_device_configuration(gpu, [logical])
+            else:
+                tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:  # TensorFlow already started its GPUs: keep what they have
+        log.warning("TensorFlow's GPUs were initialised before their memory could be capped")
+    _gpu_memory_configured = True
+
+
+def _spec(name: str, spec: tf.TensorSpec, model: str) -> TensorSpec:
+    datatype = _TF_TO_V2.get(spec.dtype)
+    if datatype is None:
+        raise BackendUnavailable(
+            f"model '{model}': tensor '{name}' has TensorFlow dtype {spec.dtype.name}, "
+            "which has no V2 datatype"
+        )
+    if spec.shape.rank is None:
+        raise BackendUnavailable(f"model '{model}': tensor '{name}' has an unknown rank")
+    return TensorSpec(name, datatype, tuple(-1 if d is None else d for d in spec.shape.as_list()))
+
+
+class SavedModelBackend(Backend):
+    default_filename = "model.savedmodel"
+
+    def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
+        super().__init__(artifact, config, device)
+        configure_gpu_memory(config)
+        self._tf_device = self._device_name(device)
+        signature_name = string_parameter(config, "signature_name") or "serving_default"
+        with tf.device(self._tf_device):
+            try:
+                self._loaded = tf.saved_model.load(str(artifact))
+            except Exception as exc:  # TensorFlow raises many types for a bad directory
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise BackendUnavailable(
+                    f"model '{config.name}': cannot load {artifact.name} as a SavedModel: {reason}"
+                ) from None
+        signatures = dict(self._loaded.signatures)
+        if signature_name not in signatures:
+            raise BackendUnavailable(
+                f"model '{config.name}': the SavedModel has no signature '{signature_name}'; "
+                f"it has: {', '.join(signatures) or 'none'} (set parameter signature_name)"
+            )
+        self._signature = signatures[signature_name]
+        _, input_specs = self._signature.structured_input_signature
+        self._inputs = [_spec(name, spec, config.name) for name, spec in input_specs.items()]
+        outputs = self._signature.structured_outputs
+        if not isinstance(outputs, dict):
+            raise BackendUnavailable(
+                f"model '{config.name}': signature '{signature_name}' must return a dict of "
+                "named tensors"
+            )
+        self._outputs = [_spec(name, spec, config.name) for name, spec in outputs.items()]
+        if config.max_batch_size > 0:
+            self._check_batch_dims()
+        self._call = self._signature
+        self._buckets: tuple[int, ...] = ()
+        if bool_parameter(config, "jit_compile", default=False):
+            self._compile_with_xla()
+        log.info(
+            "model '%s' (SavedModel signature %s%s) on %s",
+            config.name,
+            signature_name,
+            ", XLA" if self._buckets else "",
+            self._tf_device,
+        )
+
+    def _device_name(self, device: Device) -> str:
+        if device.kind == "cpu":
+            return "/CPU:0"
+        gpus = tf.config.list_physical_devices("GPU")
+        if device.index >= len(gpus):
+            raise BackendUnavailable(
+                f"model '{self.config.name}' asks for GPU {device.index} but TensorFlow sees "
+                f"{len(gpus)} GPU(s); use KIND_CPU or install a TensorFlow build with CUDA"
+            )
+        return f"/GPU:{device.index}"
+
+    def _check_batch_dims(self) -> None:
+        for spec in self._inputs:
+            if not spec.shape or spec.shape[0] != -1:
+                raise BackendUnavailable(
+                    f"model '{self.config.name}': input '{spec.name}' has shape "
+                    f"{list(spec.shape)}, without the variable first dimension that "
+                    "max_batch_size > 0 needs; save the signature with shape [None, ...] "
+                    "or set max_batch_size 0"
+                )
+
+    def _compile_with_xla(self) -> None:
+        signature = self._signature
+        self._call = tf.function(lambda **feed: signature(**feed), jit_compile=True)
+        self._buckets = batch_buckets(self.config)
+        started = time.perf_counter()
+        for rows in self._buckets:
+            feed = {
+                spec.name: np.zeros(
+                    (rows, *[max(d, 1) for d in spec.shape[1:]]), NUMPY_DTYPES[spec.datatype]
+                )
+                for spec in self._inputs
+            }
+            self._run_signature(feed)
+        log.info(
+            "model '%s': XLA-compiled for batch sizes %s in %.1f s",
+            self.config.name,
+            list(self._buckets),
+            time.perf_counter() - started,
+        )
+
+    @classmethod
+    def gpu_capable(cls) -> bool:
+        return bool(tf.config.list_physical_devices("GPU"))
+
+    @classmethod
+    def inline_capable(cls) -> bool:
+        return True  # TensorFlow functions may be called from any thread
+
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        return self._buckets or None
+
+    def inputs(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        rows = None
+        if self._buckets:
+            rows = len(next(iter(inputs.values())))
+            inputs = pad(inputs, rows, padded_size(rows, self._buckets))
+        results = self._run_signature(inputs)
+        outputs = {}
+        for name in output_names:
+            array = results[name].numpy()
+            if array.dtype == ml_dtypes.bfloat16:
+                array = array.view(np.uint16)
+            outputs[name] = array if rows is None else array[:rows]
+        return outputs
+
+    def _run_signature(self, inputs: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
+        feed = {}
+        for spec in self._inputs:
+            array = inputs[spec.name]
+            if spec.datatype == "BF16":  # BF16 travels as uint16 bit patterns
+                array = array.view(ml_dtypes.bfloat16)
+            feed[spec.name] = tf.constant(array)
+        with tf.device(self._tf_device):
+            return self._call(**feed)
+
+    def memory_bytes(self) -> int:
+        return sum(v.shape.num_elements() * v.dtype.size for v in self._signature.variables)
+
+    def unload(self) -> None:
+        del self._call, self._signature, self._loaded
+        gc.collect()  # TensorFlow's loaded objects hold reference cycles

@@ -1,0 +1,131 @@
+"""What the PyTorch backends share: device choice, threads, dtypes, and the numpy edges."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from unittest import mock
+
+import numpy as np
+import torch
+
+from backends.base import BackendUnavailable, Device, TensorSpec
+from backends.parameters import int_parameter
+from gateway.model_config import v2_datatype
+from gateway.proto import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
+
+V2_TO_TORCH: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "UINT8": torch.uint8,
+    "UINT16": torch.uint16,
+    "UINT32": torch.uint32,
+    "UINT64": torch.uint64,
+    "INT8": torch.int8,
+    "INT16": torch.int16,
+    "INT32": torch.int32,
+    "INT64": torch.int64,
+    "FP16": torch.float16,
+    "FP32": torch.float32,
+    "FP64": torch.float64,
+    "BF16": torch.bfloat16,
+}
+TORCH_TO_V2 = {dtype: name for name, dtype in V2_TO_TORCH.items()}
+
+
+def torch_device(device: Device, model: str) -> torch.device:
+    if device.kind == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise BackendUnavailable(
+            f"model '{model}' asks for a GPU instance but this torch build sees no CUDA device "
+            f"(torch {torch.__version__}); use KIND_CPU or install a CUDA build of torch"
+        )
+    if device.index >= torch.cuda.device_count():
+        raise BackendUnavailable(
+            f"model '{model}' asks for GPU {device.index} but torch sees "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
+    return torch.device("cuda", device.index)
+
+
+def apply_thread_parameters(config: mc.ModelConfig) -> None:
+    """Triton's INTRA_OP/INTER_OP_THREAD_COUNT parameters. Torch's pools are per process,
+    so the last model to set them wins; the log says so."""
+    intra = int_parameter(config, "INTRA_OP_THREAD_COUNT")
+    inter = int_parameter(config, "INTER_OP_THREAD_COUNT")
+    if intra:
+        torch.set_num_threads(intra)
+        log.info("model '%s': torch intra-op threads (process-wide) = %d", config.name, intra)
+    if inter:
+        try:
+            torch.set_num_interop_threads(inter)
+        except RuntimeError:  # torch allows this only before its pool has started
+            log.warning(
+                "model '%s': INTER_OP_THREAD_COUNT ignored, torch's inter-op pool has started",
+                config.name,
+            )
+
+
+def spec_datatype(dtype: torch.dtype, model: str, tensor: str) -> str:
+    try:
+        return TORCH_TO_V2[dtype]
+    except KeyError:
+        raise BackendUnavailable(
+            f"model '{model}': tensor '{tensor}' has torch dtype {dtype}, which has no V2 datatype"
+        ) from None
+
+
+def config_specs(config: mc.ModelConfig, tensors) -> list[TensorSpec]:
+    """TensorSpecs of the config's declared tensors, batch dimension included."""
+    batch = (-1,) if config.max_batch_size > 0 else ()
+    specs = []
+    for tensor in tensors:
+        datatype = v2_datatype(tensor.data_type)
+        if datatype not in V2_TO_TORCH:
+            raise BackendUnavailable(
+                f"model '{config.name}': tensor '{tensor.name}' is {datatype}, which torch "
+                "tensors cannot hold"
+            )
+        specs.append(TensorSpec(tensor.name, datatype, batch + tuple(tensor.dims)))
+    return specs
+
+
+def to_torch(array: np.ndarray, datatype: str, device: torch.device) -> torch.Tensor:
+    """A tensor on `device` sharing the array's memory where it can (one copy to a GPU)."""
+    if not array.flags.writeable:
+        # Request buffers are read-only views of the received bytes; a model that works
+        # in place must not write into them.
+        array = array.copy()
+    tensor = torch.from_numpy(array)
+    if datatype == "BF16":  # BF16 travels as uint16 bit patterns
+        tensor = tensor.view(torch.bfloat16)
+    return tensor.to(device, non_blocking=True)
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.view(torch.uint16)
+    return tensor.cpu().numpy()
+
+
+def _weights_only_load(*args, **kwargs):
+    kwargs["weights_only"] = True
+    return _TORCH_LOAD(*args, **kwargs)
+
+
+_TORCH_LOAD = torch.load
+
+
+@contextlib.contextmanager
+def weights_only_loads() -> Iterator[None]:
+    """Every torch.load inside runs with weights_only=True.
+
+    torch.export.load falls back to full unpickling for some payloads, which can run any
+    code the file carries; model files are not trusted, so such an archive fails to load.
+    """
+    with mock.patch.object(torch, "load", _weights_only_load):
+        yield

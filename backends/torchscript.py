@@ -1,0 +1,126 @@
+"""`pytorch_libtorch`: a TorchScript archive (`model.pt`, written by torch.jit.save).
+
+TorchScript keeps neither tensor shapes nor output names, so the config declares every
+input and output, as Triton's PyTorch backend requires. Inputs reach `forward` by
+argument name when the config's names match it, else by the `NAME__<index>` suffix
+Triton uses, else in config order; a tuple result maps to outputs the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from backends.base import Backend, BackendUnavailable, Device, TensorSpec
+from backends.torch_common import (
+    apply_thread_parameters,
+    config_specs,
+    to_numpy,
+    to_torch,
+    torch_device,
+)
+from gateway.errors import Internal
+from gateway.proto import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
+
+_INDEX_SUFFIX = re.compile(r"__(\d+)$")
+
+
+def positional_order(names: list[str], forward_args: list[str] | None = None) -> list[str]:
+    """`names` in the order the model takes (or returns) them."""
+    if forward_args is not None and sorted(names) == sorted(forward_args):
+        return list(forward_args)
+    indices = [_INDEX_SUFFIX.search(name) for name in names]
+    if all(indices):
+        by_index = {int(match.group(1)): name for match, name in zip(indices, names, strict=True)}
+        if sorted(by_index) == list(range(len(names))):
+            return [by_index[i] for i in range(len(names))]
+    return list(names)
+
+
+class TorchScriptBackend(Backend):
+    default_filename = "model.pt"
+
+    def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
+        super().__init__(artifact, config, device)
+        if len(config.input) == 0 or len(config.output) == 0:
+            raise BackendUnavailable(
+                f"model '{config.name}': a TorchScript file records no tensor names or shapes; "
+                "declare every input and output in config.pbtxt"
+            )
+        self._device = torch_device(device, config.name)
+        apply_thread_parameters(config)
+        try:
+            # The TorchScript loader reads only TorchScript's own format, never a Python pickle.
+            module = torch.jit.load(str(artifact), map_location=self._device)
+        except RuntimeError as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise BackendUnavailable(
+                f"model '{config.name}': {artifact.name} is not a TorchScript archive "
+                f"(write it with torch.jit.save; pickled modules are refused because loading "
+                f"them runs code): {reason}"
+            ) from None
+        self._module = module.eval()
+        self._inputs = config_specs(config, config.input)
+        self._outputs = config_specs(config, config.output)
+        forward_args = [arg.name for arg in module.forward.schema.arguments[1:]]
+        if len(forward_args) != len(self._inputs):
+            raise BackendUnavailable(
+                f"model '{config.name}': forward takes {len(forward_args)} tensors "
+                f"({', '.join(forward_args)}) but the config declares {len(self._inputs)} inputs"
+            )
+        self._input_order = positional_order([s.name for s in self._inputs], forward_args)
+        self._output_order = positional_order([s.name for s in self._outputs])
+        self._datatypes = {s.name: s.datatype for s in self._inputs}
+        log.info("model '%s' (TorchScript) on %s", config.name, self._device)
+
+    @classmethod
+    def gpu_capable(cls) -> bool:
+        return torch.cuda.is_available()
+
+    @classmethod
+    def inline_capable(cls) -> bool:
+        return True  # a scripted module may be called from any thread
+
+    def inputs(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
+        args = [to_torch(inputs[n], self._datatypes[n], self._device) for n in self._input_order]
+        with torch.inference_mode():
+            result = self._module(*args)
+        return {name: to_numpy(self._pick(result, name)) for name in output_names}
+
+    def _pick(self, result, name: str) -> torch.Tensor:
+        if isinstance(result, dict):
+            if name not in result:
+                raise Internal(
+                    f"model '{self.config.name}' returned outputs {sorted(result)}, not '{name}'"
+                )
+            return result[name]
+        if isinstance(result, torch.Tensor):
+            result = (result,)
+        position = self._output_order.index(name)
+        if position >= len(result):
+            raise Internal(
+                f"model '{self.config.name}' returned {len(result)} tensors but the config "
+                f"declares {len(self._output_order)} outputs"
+            )
+        return result[position]
+
+    def memory_bytes(self) -> int:
+        tensors = [*self._module.parameters(), *self._module.buffers()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def unload(self) -> None:
+        del self._module
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()

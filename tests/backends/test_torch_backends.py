@@ -1,0 +1,108 @@
+"""What is particular to the PyTorch backends: file safety, tensor mapping, batch limits."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+torch = pytest.importorskip("torch")
+
+from backends import BackendUnavailable, Device  # noqa: E402
+from backends.torch_common import weights_only_loads  # noqa: E402
+from backends.torch_export import TorchExportBackend  # noqa: E402
+from backends.torchscript import TorchScriptBackend, positional_order  # noqa: E402
+from gateway.proto import model_config_pb2 as mc  # noqa: E402
+
+
+class Doubler(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": x * 2}
+
+
+def config(platform: str, text: str = "") -> mc.ModelConfig:
+    return text_format.Parse(f'name: "m" platform: "{platform}" {text}', mc.ModelConfig())
+
+
+TENSORS = (
+    'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ] '
+    'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]'
+)
+
+
+def test_positional_order_follows_forward_names_then_index_suffixes_then_config():
+    assert positional_order(["b", "a"], ["a", "b"]) == ["a", "b"]
+    assert positional_order(["OUTPUT__1", "OUTPUT__0"]) == ["OUTPUT__0", "OUTPUT__1"]
+    assert positional_order(["y", "z"]) == ["y", "z"]
+
+
+def test_pickled_module_is_refused_as_torchscript(tmp_path: Path):
+    path = tmp_path / "model.pt"
+    torch.save(Doubler(), path)  # a full pickle: loading it could run any code
+    with pytest.raises(BackendUnavailable, match="not a TorchScript archive"):
+        TorchScriptBackend(path, config("pytorch_libtorch", TENSORS), Device())
+
+
+def test_torchscript_needs_declared_tensors(tmp_path: Path):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(Doubler()), path)
+    with pytest.raises(BackendUnavailable, match="declare every input and output"):
+        TorchScriptBackend(path, config("pytorch_libtorch"), Device())
+
+
+def test_torchscript_dict_result_is_read_by_name(tmp_path: Path):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(Doubler()), path)
+    backend = TorchScriptBackend(path, config("pytorch_libtorch", TENSORS), Device())
+    x = np.arange(4, dtype=np.float32)[None]
+    x.flags.writeable = False  # as request buffers arrive
+    np.testing.assert_array_equal(backend.run({"x": x}, ["y"])["y"], x * 2)
+    backend.unload()
+
+
+def test_weights_only_guard_refuses_code_in_pickles(tmp_path: Path):
+    path = tmp_path / "payload.pt"
+    with open(path, "wb") as handle:
+        pickle.dump(print, handle)  # a global function: what an exploit would reference
+    with weights_only_loads(), pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=False)
+
+
+def test_export_with_fixed_batch_is_refused_for_a_batched_config(tmp_path: Path):
+    path = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(Doubler(), (torch.zeros(2, 4),)), path)
+    with pytest.raises(BackendUnavailable, match="takes batches of at most 2 but max_batch"):
+        TorchExportBackend(path, config("pytorch_export", "max_batch_size: 8"), Device())
+
+
+def test_export_batch_limit_below_max_batch_size_is_refused(tmp_path: Path):
+    path = tmp_path / "model.pt2"
+    batch = torch.export.Dim("batch", min=1, max=4)
+    program = torch.export.export(Doubler(), (torch.zeros(2, 4),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, path)
+    with pytest.raises(BackendUnavailable, match="at most 4 but max_batch_size is 8"):
+        TorchExportBackend(path, config("pytorch_export", "max_batch_size: 8"), Device())
+    backend = TorchExportBackend(path, config("pytorch_export", "max_batch_size: 4"), Device())
+    assert [(s.name, s.shape) for s in backend.inputs()] == [("x", (-1, 4))]
+    assert [(s.name, s.shape) for s in backend.outputs()] == [("y", (-1, 4))]
+    backend.unload()
+
+
+def test_unknown_compile_mode_lists_the_choices(tmp_path: Path):
+    path = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(Doubler(), (torch.zeros(2, 4),)), path)
+    cfg = config(
+        "pytorch_export", 'parameters { key: "compile_mode" value: { string_value: "fast" } }'
+    )
+    with pytest.raises(BackendUnavailable, match="eager, default, reduce-overhead, max-autotune"):
+        TorchExportBackend(path, cfg, Device())
+
+
+def test_not_an_export_archive_is_a_clear_error(tmp_path: Path):
+    path = tmp_path / "model.pt2"
+    path.write_bytes(b"not a zip")
+    with pytest.raises(BackendUnavailable, match="cannot load model.pt2 as a torch.export"):
+        TorchExportBackend(path, config("pytorch_export"), Device())
