@@ -82,7 +82,11 @@ class TorchExportBackend(Backend):
                 f"written by torch.export.save (pickled payloads are refused): {reason}"
             ) from None
         self._describe(program)
-        self._module = program.module().to(self._device)
+        if self._device.type != "cpu":
+            # Export records the device of tensors the graph creates (torch.zeros(...,
+            # device="cpu")); this pass rewrites them along with the weights.
+            program = torch.export.passes.move_to_device_pass(program, self._device)
+        self._module = program.module()
         self._call = self._module
         self._buckets: tuple[int, ...] = ()
         if self._mode != "eager":

