@@ -42,6 +42,8 @@ class TensorSpec:
 class Backend(ABC):
     # The file a version directory holds when the config names no default_model_filename.
     default_filename: ClassVar[str]
+    # Whether run() accepts a batch that leaves out inputs the config marks `optional`.
+    optional_inputs: ClassVar[bool] = False
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         self.artifact = artifact

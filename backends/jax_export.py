@@ -53,16 +53,19 @@ _NUMPY_TO_V2 = {
 }
 
 
-def _leaf_names(tree, count: int, prefix: str) -> list[str]:
-    """A name per leaf of `tree`: its dict key, else PREFIX__<position>."""
+def _leaf_names(tree, count: int, prefix: str, model: str) -> list[str]:
+    """A name per leaf of `tree`: the dict keys on its path joined by dots (`a.x`), or
+    PREFIX__<position> for a leaf reached through no dict at all."""
     indexed = jax.tree_util.tree_unflatten(tree, list(range(count)))
     names = [""] * count
     for path, index in jax.tree_util.tree_flatten_with_path(indexed)[0]:
-        key = path[-1] if path else None
-        if isinstance(key, jax.tree_util.DictKey):
-            names[index] = str(key.key)
-        else:
-            names[index] = f"{prefix}__{index}"
+        keys = [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+        names[index] = ".".join(keys) if keys else f"{prefix}__{index}"
+    if len(set(names)) != len(names):
+        raise BackendUnavailable(
+            f"model '{model}': the artifact's tensors do not have distinct names ({names}); "
+            "export a function that takes and returns one flat dict of named arrays"
+        )
     return names
 
 
@@ -90,8 +93,10 @@ class JaxExportBackend(Backend):
             ) from None
         self._device = self._jax_device(device)
         exported = self._exported
-        input_names = _leaf_names(exported.in_tree, len(exported.in_avals), "INPUT")
-        output_names = _leaf_names(exported.out_tree, len(exported.out_avals), "OUTPUT")
+        input_names = _leaf_names(exported.in_tree, len(exported.in_avals), "INPUT", config.name)
+        output_names = _leaf_names(
+            exported.out_tree, len(exported.out_avals), "OUTPUT", config.name
+        )
         self._inputs = [
             _spec(n, aval, config.name)
             for n, aval in zip(input_names, exported.in_avals, strict=True)
@@ -158,9 +163,10 @@ class JaxExportBackend(Backend):
         except RuntimeError:
             return False
 
-    @classmethod
-    def inline_capable(cls) -> bool:
-        return True  # a jitted function may be called from any thread
+    def inline_capable(self) -> bool:  # type: ignore[override]
+        # Buckets are compiled at load; a dynamic dimension besides the batch may meet a
+        # new shape and compile, which must not happen on the event loop.
+        return not any(-1 in spec.shape[1:] for spec in self._inputs)
 
     def allowed_batch_sizes(self) -> tuple[int, ...] | None:
         return self._buckets or None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
+import io
+import json
 import logging
-from collections.abc import Iterator
-from unittest import mock
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -112,20 +113,49 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.cpu().numpy()
 
 
-def _weights_only_load(*args, **kwargs):
-    kwargs["weights_only"] = True
-    return _TORCH_LOAD(*args, **kwargs)
+def check_export_archive(path: Path, model: str) -> None:
+    """Refuse a torch.export archive that torch.export.load would unpickle or run code from.
 
-
-_TORCH_LOAD = torch.load
-
-
-@contextlib.contextmanager
-def weights_only_loads() -> Iterator[None]:
-    """Every torch.load inside runs with weights_only=True.
-
-    torch.export.load falls back to full unpickling for some payloads, which can run any
-    code the file carries; model files are not trusted, so such an archive fails to load.
+    Model files are not trusted. torch.export.load reads plain tensors safely, but falls
+    back to full unpickling for some payloads (pickled weights or constants, opaque
+    objects, legacy files, sample inputs that weights_only cannot read) and loads the
+    native code of AOTInductor packages. Such archives are refused before it runs.
     """
-    with mock.patch.object(torch, "load", _weights_only_load):
-        yield
+
+    def refuse(what: str) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"model '{model}': {path.name} is refused because it holds {what}, which loading "
+            "would run as code; export plain tensors with torch.export.save"
+        )
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise BackendUnavailable(
+            f"model '{model}': cannot load {path.name} as a torch.export archive written by "
+            f"torch.export.save: {exc}"
+        ) from None
+    with archive:
+        for name in archive.namelist():
+            parts = name.split("/")
+            if "aotinductor" in parts:
+                raise refuse("an AOTInductor package (native code)")
+            if len(parts) >= 2 and parts[-2] in ("weights", "constants"):
+                if name.endswith(".pt"):
+                    raise refuse(f"a legacy pickled payload ({name})")
+                if name.endswith("_config.json"):
+                    _check_payload_config(json.loads(archive.read(name)), name, refuse)
+            if len(parts) >= 2 and parts[-2] == "sample_inputs":
+                try:
+                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception:
+                    raise refuse(f"sample inputs that are not plain tensors ({name})") from None
+
+
+def _check_payload_config(config: dict, name: str, refuse) -> None:
+    for entry in config.get("config", {}).values():
+        path_name = str(entry.get("path_name", ""))
+        if entry.get("use_pickle"):
+            raise refuse(f"a pickled payload ({name}: {path_name})")
+        if path_name.startswith(("opaque_obj_", "custom_obj_")):
+            raise refuse(f"a pickled object ({name}: {path_name})")

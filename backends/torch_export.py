@@ -25,11 +25,11 @@ from backends.parameters import choice_parameter
 from backends.torch_common import (
     V2_TO_TORCH,
     apply_thread_parameters,
+    check_export_archive,
     spec_datatype,
     to_numpy,
     to_torch,
     torch_device,
-    weights_only_loads,
 )
 from gateway.proto import model_config_pb2 as mc
 from gateway.scheduling.batch import pad, padded_size
@@ -64,6 +64,10 @@ def _batch_limit(shape, ranges: dict) -> int | None:
     return int(bound.upper)
 
 
+def _dynamic_beyond_batch(specs: list[TensorSpec]) -> bool:
+    return any(-1 in spec.shape[1:] for spec in specs)
+
+
 class TorchExportBackend(Backend):
     default_filename = "model.pt2"
 
@@ -72,14 +76,14 @@ class TorchExportBackend(Backend):
         self._device = torch_device(device, config.name)
         apply_thread_parameters(config)
         self._mode = choice_parameter(config, "compile_mode", COMPILE_MODES)
+        check_export_archive(artifact, config.name)
         try:
-            with weights_only_loads():
-                program = torch.export.load(str(artifact))
+            program = torch.export.load(str(artifact))
         except Exception as exc:  # torch raises many types for a bad archive
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise BackendUnavailable(
                 f"model '{config.name}': cannot load {artifact.name} as a torch.export archive "
-                f"written by torch.export.save (pickled payloads are refused): {reason}"
+                f"written by torch.export.save: {reason}"
             ) from None
         self._describe(program)
         if self._device.type != "cpu":
@@ -173,8 +177,15 @@ class TorchExportBackend(Backend):
         return torch.cuda.is_available()
 
     def inline_capable(self) -> bool:  # type: ignore[override]
-        # CUDA graphs (reduce-overhead) are recorded per thread: keep runs on one thread.
-        return self._mode != "reduce-overhead"
+        # CUDA graphs (reduce-overhead, max-autotune) are recorded per thread: keep runs
+        # on the instance's thread. A dynamic dimension besides the batch may meet a new
+        # shape and compile, which must not happen on the event loop.
+        if self._mode == "eager":
+            return True
+        from torch._inductor import list_mode_options
+
+        cuda_graphs = list_mode_options(self._mode).get("triton.cudagraphs", False)
+        return not cuda_graphs and not _dynamic_beyond_batch(self._inputs)
 
     def allowed_batch_sizes(self) -> tuple[int, ...] | None:
         return self._buckets or None

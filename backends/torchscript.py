@@ -17,6 +17,7 @@ import torch
 
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
 from backends.torch_common import (
+    V2_TO_TORCH,
     apply_thread_parameters,
     config_specs,
     to_numpy,
@@ -31,16 +32,21 @@ log = logging.getLogger(__name__)
 _INDEX_SUFFIX = re.compile(r"__(\d+)$")
 
 
-def positional_order(names: list[str], forward_args: list[str] | None = None) -> list[str]:
-    """`names` in the order the model takes (or returns) them."""
+def positions(names: list[str], forward_args: list[str] | None = None) -> dict[str, int]:
+    """Where each of `names` sits among the model's arguments (or results).
+
+    By argument name when the names are forward's; else by the `__<index>` suffix when
+    every name has one (a config may declare only some outputs: `OUTPUT__2` alone is the
+    third result); else in config order.
+    """
     if forward_args is not None and sorted(names) == sorted(forward_args):
-        return list(forward_args)
-    indices = [_INDEX_SUFFIX.search(name) for name in names]
-    if all(indices):
-        by_index = {int(match.group(1)): name for match, name in zip(indices, names, strict=True)}
-        if sorted(by_index) == list(range(len(names))):
-            return [by_index[i] for i in range(len(names))]
-    return list(names)
+        return {name: forward_args.index(name) for name in names}
+    matches = [_INDEX_SUFFIX.search(name) for name in names]
+    if matches and all(matches):
+        by_name = {name: int(m.group(1)) for m, name in zip(matches, names, strict=True)}
+        if len(set(by_name.values())) == len(names):
+            return by_name
+    return {name: i for i, name in enumerate(names)}
 
 
 class TorchScriptBackend(Backend):
@@ -74,9 +80,11 @@ class TorchScriptBackend(Backend):
                 f"model '{config.name}': forward takes {len(forward_args)} tensors "
                 f"({', '.join(forward_args)}) but the config declares {len(self._inputs)} inputs"
             )
-        self._input_order = positional_order([s.name for s in self._inputs], forward_args)
-        self._output_order = positional_order([s.name for s in self._outputs])
+        input_positions = positions([s.name for s in self._inputs], forward_args)
+        self._input_order = sorted(input_positions, key=input_positions.__getitem__)
+        self._output_position = positions([s.name for s in self._outputs])
         self._datatypes = {s.name: s.datatype for s in self._inputs}
+        self._output_dtypes = {s.name: V2_TO_TORCH[s.datatype] for s in self._outputs}
         log.info("model '%s' (TorchScript) on %s", config.name, self._device)
 
     @classmethod
@@ -100,21 +108,29 @@ class TorchScriptBackend(Backend):
         return {name: to_numpy(self._pick(result, name)) for name in output_names}
 
     def _pick(self, result, name: str) -> torch.Tensor:
+        model = self.config.name
         if isinstance(result, dict):
             if name not in result:
+                raise Internal(f"model '{model}' returned outputs {sorted(result)}, not '{name}'")
+            tensor = result[name]
+        else:
+            if isinstance(result, torch.Tensor):
+                result = (result,)
+            position = self._output_position[name]
+            if position >= len(result):
                 raise Internal(
-                    f"model '{self.config.name}' returned outputs {sorted(result)}, not '{name}'"
+                    f"model '{model}' returned {len(result)} tensors, so it has no output "
+                    f"'{name}' (position {position})"
                 )
-            return result[name]
-        if isinstance(result, torch.Tensor):
-            result = (result,)
-        position = self._output_order.index(name)
-        if position >= len(result):
+            tensor = result[position]
+        # The config states the datatype clients get: a mismatch would be sent reinterpreted.
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != self._output_dtypes[name]:
+            found = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise Internal(
-                f"model '{self.config.name}' returned {len(result)} tensors but the config "
-                f"declares {len(self._output_order)} outputs"
+                f"model '{model}': output '{name}' is {found} but the config declares "
+                f"{self._output_dtypes[name]}"
             )
-        return result[position]
+        return tensor
 
     def memory_bytes(self) -> int:
         tensors = [*self._module.parameters(), *self._module.buffers()]

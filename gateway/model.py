@@ -20,11 +20,23 @@ log = logging.getLogger(__name__)
 
 
 def gpu_count() -> int:
-    """NVIDIA GPUs the driver exposes (0 where there is none)."""
+    """NVIDIA GPUs this process may use: the driver's, narrowed by CUDA_VISIBLE_DEVICES
+    (which the frameworks obey, renumbering the visible GPUs from 0)."""
     try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
+        present = len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    entries = [entry for entry in visible.split(",") if entry.strip()]
+    # CUDA stops at the first invalid entry, e.g. "-1" hides every GPU.
+    count = 0
+    for entry in entries:
+        if entry.strip().lstrip("-").isdigit() and int(entry) < 0:
+            break
+        count += 1
+    return min(count, present)
 
 
 def instance_devices(config: mc.ModelConfig, gpu_capable: bool) -> list[Device]:
@@ -107,6 +119,12 @@ class ModelVersion:
         config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
         backend_type = backend_class(platform_of(config))
         artifact = artifact_path(model_dir, version, config, backend_type)
+        optional = [t.name for t in config.input if t.optional]
+        if optional and not backend_type.optional_inputs:
+            raise BackendUnavailable(
+                f"model '{config.name}': platform {platform_of(config)} needs every input, "
+                f"but the config marks {', '.join(optional)} optional"
+            )
         backends: list[Backend] = []
         try:
             for device in instance_devices(config, backend_type.gpu_capable()):

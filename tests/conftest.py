@@ -15,6 +15,8 @@ from models.build import build_repository
 
 def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -> GatewayProcess:
     log_path = log_dir / f"gateway-{len(list(log_dir.glob('gateway-*.log')))}.log"
+    # Generous: a cold start compiles the torch.compile examples (no inductor cache yet).
+    kwargs.setdefault("timeout_s", 180.0)
     return start_gateway(repository, *args, log_path=log_path, **kwargs)
 
 

@@ -81,8 +81,10 @@ class Instance:
 
     def close(self) -> None:
         """Unload the backend on its own thread (some frameworks insist), then stop the thread."""
-        self._thread.submit(self.backend.unload).result()
-        self._thread.shutdown(wait=True)
+        try:
+            self._thread.submit(self.backend.unload).result()
+        finally:
+            self._thread.shutdown(wait=True)
 
 
 class InstancePool:
@@ -124,5 +126,12 @@ class InstancePool:
         self._idle.append(instance)
 
     def close(self) -> None:
+        """Close every instance, even when one fails to unload; then raise the first error."""
+        errors: list[BaseException] = []
         for instance in self.instances:
-            instance.close()
+            try:
+                instance.close()
+            except Exception as exc:  # a backend's unload may raise anything
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import pickle
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +14,9 @@ from google.protobuf import text_format
 torch = pytest.importorskip("torch")
 
 from backends import BackendUnavailable, Device  # noqa: E402
-from backends.torch_common import weights_only_loads  # noqa: E402
 from backends.torch_export import TorchExportBackend  # noqa: E402
-from backends.torchscript import TorchScriptBackend, positional_order  # noqa: E402
+from backends.torchscript import TorchScriptBackend, positions  # noqa: E402
+from gateway.errors import Internal  # noqa: E402
 from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 
@@ -33,10 +35,25 @@ TENSORS = (
 )
 
 
-def test_positional_order_follows_forward_names_then_index_suffixes_then_config():
-    assert positional_order(["b", "a"], ["a", "b"]) == ["a", "b"]
-    assert positional_order(["OUTPUT__1", "OUTPUT__0"]) == ["OUTPUT__0", "OUTPUT__1"]
-    assert positional_order(["y", "z"]) == ["y", "z"]
+def test_positions_follow_forward_names_then_index_suffixes_then_config():
+    assert positions(["b", "a"], ["a", "b"]) == {"a": 0, "b": 1}
+    assert positions(["OUTPUT__1", "OUTPUT__0"]) == {"OUTPUT__0": 0, "OUTPUT__1": 1}
+    assert positions(["OUTPUT__2"]) == {"OUTPUT__2": 2}  # only the third result declared
+    assert positions(["y", "z"]) == {"y": 0, "z": 1}
+
+
+class Halver(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": (x / 2).half()}
+
+
+def test_torchscript_output_datatype_must_match_the_config(tmp_path: Path):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(Halver()), path)
+    backend = TorchScriptBackend(path, config("pytorch_libtorch", TENSORS), Device())
+    with pytest.raises(Internal, match="output 'y' is torch.float16 but the config declares"):
+        backend.run({"x": np.ones((1, 4), np.float32)}, ["y"])
+    backend.unload()
 
 
 def test_pickled_module_is_refused_as_torchscript(tmp_path: Path):
@@ -63,12 +80,52 @@ def test_torchscript_dict_result_is_read_by_name(tmp_path: Path):
     backend.unload()
 
 
-def test_weights_only_guard_refuses_code_in_pickles(tmp_path: Path):
-    path = tmp_path / "payload.pt"
-    with open(path, "wb") as handle:
-        pickle.dump(print, handle)  # a global function: what an exploit would reference
-    with weights_only_loads(), pytest.raises(pickle.UnpicklingError):
-        torch.load(path, weights_only=False)
+class _Touch:
+    """A pickle that creates a file when unpickled: what an exploit would do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+def _rewrite_archive(source: Path, target: Path, edit) -> None:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            data = old.read(item.filename)
+            new.writestr(item, edit(item.filename, data))
+        return
+
+
+def test_export_archive_with_a_pickled_object_is_refused_before_loading(tmp_path: Path):
+    clean = tmp_path / "clean.pt2"
+    torch.export.save(torch.export.export(Doubler(), (torch.zeros(2, 4),)), clean)
+    marker = tmp_path / "PWNED"
+    crafted = tmp_path / "model.pt2"
+    prefix = zipfile.ZipFile(clean).namelist()[0].split("/")[0]
+
+    def edit(name: str, data: bytes) -> bytes:
+        if name.endswith("data/constants/model_constants_config.json"):
+            return json.dumps({"config": {"obj": {"path_name": "opaque_obj_0"}}}).encode()
+        return data
+
+    _rewrite_archive(clean, crafted, edit)
+    with zipfile.ZipFile(crafted, "a") as archive:
+        archive.writestr(f"{prefix}/data/constants/opaque_obj_0", pickle.dumps(_Touch(marker)))
+    with pytest.raises(BackendUnavailable, match="refused because it holds a pickled object"):
+        TorchExportBackend(crafted, config("pytorch_export"), Device())
+    assert not marker.exists()
+
+
+def test_export_archive_with_native_code_is_refused(tmp_path: Path):
+    path = tmp_path / "model.pt2"
+    torch.export.save(torch.export.export(Doubler(), (torch.zeros(2, 4),)), path)
+    prefix = zipfile.ZipFile(path).namelist()[0].split("/")[0]
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(f"{prefix}/data/aotinductor/model/model.so", b"\x7fELF")
+    with pytest.raises(BackendUnavailable, match="AOTInductor package"):
+        TorchExportBackend(path, config("pytorch_export"), Device())
 
 
 def test_export_with_fixed_batch_is_refused_for_a_batched_config(tmp_path: Path):
