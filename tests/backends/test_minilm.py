@@ -67,9 +67,12 @@ def test_load_unload_cycles_do_not_keep_the_weights(example_repository, model):
         gc.collect()
         return held
 
-    assert cycle() > 80 * 2**20  # the first cycle also warms the framework's caches
+    weights_mib = cycle() / 2**20  # the first cycle also warms the framework's caches
+    assert weights_mib > 80
     before = _rss_mib()
     for _ in range(3):
         cycle()
     growth = _rss_mib() - before
-    assert growth < 20, f"RSS grew {growth:.0f} MiB over 3 load/unload cycles of {model}"
+    # Allocators keep some freed memory (31-33 MiB seen in a full test run); keeping the
+    # weights would add their size at every cycle, three times this bound.
+    assert growth < weights_mib, f"RSS grew {growth:.0f} MiB over 3 cycles of {model}"
