@@ -3,15 +3,23 @@
 A compiled backend runs only the batch sizes it was compiled for; a batch of another
 size is padded with zero rows up to the next bucket and the extra rows are cut off
 the outputs. The dynamic batcher pads for us when it is on (it reads
-`Backend.allowed_batch_sizes`); backends pad direct calls with
-`gateway.scheduling.batch.pad`, the batcher's own helper.
+`Backend.allowed_batch_sizes`); `run_padded` pads direct calls with the batcher's own
+`gateway.scheduling.batch.pad`.
 """
 
 from __future__ import annotations
 
-from backends.base import BackendUnavailable
+from collections.abc import Callable
+
+import numpy as np
+
+from backends.base import BackendUnavailable, TensorSpec
 from backends.parameters import string_parameter
+from gateway.datatypes import NUMPY_DTYPES
 from gateway.proto import model_config_pb2 as mc
+from gateway.scheduling.batch import pad, padded_size
+
+Feed = dict[str, np.ndarray]
 
 
 def default_buckets(max_batch_size: int) -> tuple[int, ...]:
@@ -43,3 +51,41 @@ def batch_buckets(config: mc.ModelConfig, key: str = "batch_buckets") -> tuple[i
             f"max_batch_size {config.max_batch_size}, so that every batch has a bucket"
         )
     return tuple(sizes)
+
+
+def run_padded(inputs: Feed, buckets: tuple[int, ...], run: Callable[[Feed], Feed]) -> Feed:
+    """`run` on `inputs` padded up to their bucket, with the padding rows cut off the
+    outputs; `run` on `inputs` as they are when there are no buckets."""
+    if not buckets:
+        return run(inputs)
+    rows = len(next(iter(inputs.values())))
+    outputs = run(pad(inputs, rows, padded_size(rows, buckets)))
+    return {name: array[:rows] for name, array in outputs.items()}
+
+
+def zero_feed(specs: list[TensorSpec], rows: int | None) -> Feed:
+    """Zeros for every input, `rows` deep (1 for any other -1 dimension): a warm-up batch."""
+    feed = {}
+    for spec in specs:
+        shape = tuple(max(d, 1) for d in spec.shape)
+        if rows is not None:
+            shape = (rows, *shape[1:])
+        feed[spec.name] = np.zeros(shape, NUMPY_DTYPES[spec.datatype])
+    return feed
+
+
+def dynamic_beyond_batch(specs: list[TensorSpec]) -> bool:
+    """Whether a dimension other than the batch is -1, so a request may bring a shape
+    no bucket was compiled for."""
+    return any(-1 in spec.shape[1:] for spec in specs)
+
+
+def check_batch_dimension(specs: list[TensorSpec], model: str, kind: str, fix: str) -> None:
+    """Every input of a model with max_batch_size > 0 must have a -1 first dimension."""
+    for spec in specs:
+        if not spec.shape or spec.shape[0] != -1:
+            raise BackendUnavailable(
+                f"model '{model}': input '{spec.name}' has shape {list(spec.shape)}, without "
+                f"the {kind} first dimension that max_batch_size > 0 needs; {fix} or set "
+                "max_batch_size 0"
+            )

@@ -26,10 +26,14 @@ import numpy as np  # noqa: E402
 from jax import export as jax_export  # noqa: E402
 
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec  # noqa: E402
-from backends.buckets import batch_buckets  # noqa: E402
-from gateway.datatypes import NUMPY_DTYPES  # noqa: E402
+from backends.buckets import (  # noqa: E402
+    batch_buckets,
+    check_batch_dimension,
+    dynamic_beyond_batch,
+    run_padded,
+    zero_feed,
+)
 from gateway.proto import model_config_pb2 as mc  # noqa: E402
-from gateway.scheduling.batch import pad, padded_size  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +111,9 @@ class JaxExportBackend(Backend):
         ]
         self._output_position = {name: i for i, name in enumerate(output_names)}
         if config.max_batch_size > 0:
-            for spec in self._inputs:
-                if not spec.shape or spec.shape[0] != -1:
-                    raise BackendUnavailable(
-                        f"model '{config.name}': input '{spec.name}' has shape "
-                        f"{list(spec.shape)}, without the symbolic first dimension that "
-                        "max_batch_size > 0 needs; export with jax.export.symbolic_shape "
-                        "or set max_batch_size 0"
-                    )
+            check_batch_dimension(
+                self._inputs, config.name, "symbolic", "export with jax.export.symbolic_shape"
+            )
         self._call = jax.jit(exported.call)
         self._buckets = batch_buckets(config)
         started = time.perf_counter()
@@ -148,13 +147,7 @@ class JaxExportBackend(Backend):
         return devices[device.index]
 
     def _warm_up(self, rows: int | None) -> None:
-        feed = {}
-        for spec in self._inputs:
-            shape = tuple(max(d, 1) for d in spec.shape)
-            if rows is not None:
-                shape = (rows, *shape[1:])
-            feed[spec.name] = np.zeros(shape, NUMPY_DTYPES[spec.datatype])
-        self._execute(feed)
+        self._execute(zero_feed(self._inputs, rows))
 
     @classmethod
     def gpu_capable(cls) -> bool:
@@ -166,7 +159,7 @@ class JaxExportBackend(Backend):
     def inline_capable(self) -> bool:  # type: ignore[override]
         # Buckets are compiled at load; a dynamic dimension besides the batch may meet a
         # new shape and compile, which must not happen on the event loop.
-        return not any(-1 in spec.shape[1:] for spec in self._inputs)
+        return not dynamic_beyond_batch(self._inputs)
 
     def allowed_batch_sizes(self) -> tuple[int, ...] | None:
         return self._buckets or None
@@ -178,17 +171,16 @@ class JaxExportBackend(Backend):
         return list(self._outputs)
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        rows = None
-        if self._buckets:
-            rows = len(next(iter(inputs.values())))
-            inputs = pad(inputs, rows, padded_size(rows, self._buckets))
-        leaves = self._execute(inputs)
+        return run_padded(inputs, self._buckets, lambda feed: self._outputs_of(feed, output_names))
+
+    def _outputs_of(
+        self, feed: dict[str, np.ndarray], output_names: list[str]
+    ) -> dict[str, np.ndarray]:
+        leaves = self._execute(feed)
         outputs = {}
         for name in output_names:
             array = np.asarray(leaves[self._output_position[name]])
-            if array.dtype == ml_dtypes.bfloat16:
-                array = array.view(np.uint16)
-            outputs[name] = array if rows is None else array[:rows]
+            outputs[name] = array.view(np.uint16) if array.dtype == ml_dtypes.bfloat16 else array
         return outputs
 
     def _execute(self, inputs: dict[str, np.ndarray]) -> list:

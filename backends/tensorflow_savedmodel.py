@@ -24,11 +24,14 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec  # noqa: E402
-from backends.buckets import batch_buckets  # noqa: E402
+from backends.buckets import (  # noqa: E402
+    batch_buckets,
+    check_batch_dimension,
+    run_padded,
+    zero_feed,
+)
 from backends.parameters import bool_parameter, int_parameter, string_parameter  # noqa: E402
-from gateway.datatypes import NUMPY_DTYPES  # noqa: E402
 from gateway.proto import model_config_pb2 as mc  # noqa: E402
-from gateway.scheduling.batch import pad, padded_size  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,9 @@ class SavedModelBackend(Backend):
             )
         self._outputs = [_spec(name, spec, config.name) for name, spec in outputs.items()]
         if config.max_batch_size > 0:
-            self._check_batch_dims()
+            check_batch_dimension(
+                self._inputs, config.name, "variable", "save the signature with shape [None, ...]"
+            )
         self._call = self._signature
         self._buckets: tuple[int, ...] = ()
         if bool_parameter(config, "jit_compile", default=False):
@@ -139,29 +144,13 @@ class SavedModelBackend(Backend):
             )
         return f"/GPU:{device.index}"
 
-    def _check_batch_dims(self) -> None:
-        for spec in self._inputs:
-            if not spec.shape or spec.shape[0] != -1:
-                raise BackendUnavailable(
-                    f"model '{self.config.name}': input '{spec.name}' has shape "
-                    f"{list(spec.shape)}, without the variable first dimension that "
-                    "max_batch_size > 0 needs; save the signature with shape [None, ...] "
-                    "or set max_batch_size 0"
-                )
-
     def _compile_with_xla(self) -> None:
         signature = self._signature
         self._call = tf.function(lambda **feed: signature(**feed), jit_compile=True)
         self._buckets = batch_buckets(self.config)
         started = time.perf_counter()
         for rows in self._buckets:
-            feed = {
-                spec.name: np.zeros(
-                    (rows, *[max(d, 1) for d in spec.shape[1:]]), NUMPY_DTYPES[spec.datatype]
-                )
-                for spec in self._inputs
-            }
-            self._run_signature(feed)
+            self._run_signature(zero_feed(self._inputs, rows))
         log.info(
             "model '%s': XLA-compiled for batch sizes %s in %.1f s",
             self.config.name,
@@ -187,17 +176,16 @@ class SavedModelBackend(Backend):
         return list(self._outputs)
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        rows = None
-        if self._buckets:
-            rows = len(next(iter(inputs.values())))
-            inputs = pad(inputs, rows, padded_size(rows, self._buckets))
-        results = self._run_signature(inputs)
+        return run_padded(inputs, self._buckets, lambda feed: self._outputs_of(feed, output_names))
+
+    def _outputs_of(
+        self, feed: dict[str, np.ndarray], output_names: list[str]
+    ) -> dict[str, np.ndarray]:
+        results = self._run_signature(feed)
         outputs = {}
         for name in output_names:
             array = results[name].numpy()
-            if array.dtype == ml_dtypes.bfloat16:
-                array = array.view(np.uint16)
-            outputs[name] = array if rows is None else array[:rows]
+            outputs[name] = array.view(np.uint16) if array.dtype == ml_dtypes.bfloat16 else array
         return outputs
 
     def _run_signature(self, inputs: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
-from backends.buckets import batch_buckets
+from backends.buckets import batch_buckets, dynamic_beyond_batch, run_padded
 from backends.parameters import choice_parameter
 from backends.torch_common import (
     V2_TO_TORCH,
@@ -32,7 +32,6 @@ from backends.torch_common import (
     torch_device,
 )
 from gateway.proto import model_config_pb2 as mc
-from gateway.scheduling.batch import pad, padded_size
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +61,6 @@ def _batch_limit(shape, ranges: dict) -> int | None:
     if bound is None or not bound.upper.is_finite:
         return None
     return int(bound.upper)
-
-
-def _dynamic_beyond_batch(specs: list[TensorSpec]) -> bool:
-    return any(-1 in spec.shape[1:] for spec in specs)
 
 
 class TorchExportBackend(Backend):
@@ -185,7 +180,7 @@ class TorchExportBackend(Backend):
         from torch._inductor import list_mode_options
 
         cuda_graphs = list_mode_options(self._mode).get("triton.cudagraphs", False)
-        return not cuda_graphs and not _dynamic_beyond_batch(self._inputs)
+        return not cuda_graphs and not dynamic_beyond_batch(self._inputs)
 
     def allowed_batch_sizes(self) -> tuple[int, ...] | None:
         return self._buckets or None
@@ -197,19 +192,17 @@ class TorchExportBackend(Backend):
         return list(self._outputs)
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        rows = None
-        if self._buckets:
-            rows = len(next(iter(inputs.values())))
-            inputs = pad(inputs, rows, padded_size(rows, self._buckets))
-        args = [to_torch(inputs[s.name], s.datatype, self._device) for s in self._inputs]
+        return run_padded(inputs, self._buckets, lambda feed: self._outputs_of(feed, output_names))
+
+    def _outputs_of(
+        self, feed: dict[str, np.ndarray], output_names: list[str]
+    ) -> dict[str, np.ndarray]:
+        args = [to_torch(feed[s.name], s.datatype, self._device) for s in self._inputs]
         with torch.inference_mode():
             result = self._call(*args)
         if isinstance(result, torch.Tensor):
             result = (result,)
-        outputs = {name: to_numpy(result[self._key_of[name]]) for name in output_names}
-        if rows is not None:
-            outputs = {name: array[:rows] for name, array in outputs.items()}
-        return outputs
+        return {name: to_numpy(result[self._key_of[name]]) for name in output_names}
 
     def memory_bytes(self) -> int:
         tensors = [*self._module.parameters(), *self._module.buffers()]
