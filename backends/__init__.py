@@ -22,6 +22,8 @@ PLATFORMS: dict[str, tuple[str, str, str]] = {
     "tensorflow_savedmodel": ("backends.tensorflow_savedmodel", "SavedModelBackend", "tensorflow"),
     "tensorflow": ("backends.tensorflow_savedmodel", "SavedModelBackend", "tensorflow"),
     "jax_export": ("backends.jax_export", "JaxExportBackend", "jax"),
+    "tvm": ("backends.tvm_backend", "TvmBackend", "tvm"),
+    "opencl": ("backends.opencl", "OpenClBackend", "opencl"),
 }
 
 

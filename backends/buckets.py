@@ -9,11 +9,12 @@ the outputs. The dynamic batcher pads for us when it is on (it reads
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
 
 import numpy as np
 
-from backends.base import BackendUnavailable, TensorSpec
+from backends.base import Backend, BackendUnavailable, TensorSpec
 from backends.parameters import string_parameter
 from gateway.datatypes import NUMPY_DTYPES
 from gateway.proto import model_config_pb2 as mc
@@ -89,3 +90,29 @@ def check_batch_dimension(specs: list[TensorSpec], model: str, kind: str, fix: s
                 f"the {kind} first dimension that max_batch_size > 0 needs; {fix} or set "
                 "max_batch_size 0"
             )
+
+
+class BucketedBackend(Backend):
+    """A backend compiled for fixed batch sizes (`_buckets`, empty for an unbatched
+    model) that describes its tensors with `_inputs` and `_outputs`: a batch is padded up
+    to its bucket, run by `_run_bucket`, and cut back to its own rows."""
+
+    _inputs: list[TensorSpec]
+    _outputs: list[TensorSpec]
+    _buckets: tuple[int, ...]
+
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        return self._buckets or None
+
+    def inputs(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    def run(self, inputs: Feed, output_names: list[str]) -> Feed:
+        return run_padded(inputs, self._buckets, lambda feed: self._run_bucket(feed, output_names))
+
+    @abstractmethod
+    def _run_bucket(self, feed: Feed, output_names: list[str]) -> Feed:
+        """Run one batch whose size is one of the buckets (any size when there are none)."""

@@ -25,12 +25,12 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import export as jax_export  # noqa: E402
 
-from backends.base import Backend, BackendUnavailable, Device, TensorSpec  # noqa: E402
-from backends.buckets import (  # noqa: E402
+from backends.base import BackendUnavailable, Device, TensorSpec  # noqa: E402
+from backends.buckets import (
+    BucketedBackend,  # noqa: E402
     batch_buckets,
     check_batch_dimension,
     dynamic_beyond_batch,
-    run_padded,
     zero_feed,
 )
 from gateway.proto import model_config_pb2 as mc  # noqa: E402
@@ -82,7 +82,7 @@ def _spec(name: str, aval, model: str) -> TensorSpec:
     return TensorSpec(name, datatype, tuple(d if isinstance(d, int) else -1 for d in aval.shape))
 
 
-class JaxExportBackend(Backend):
+class JaxExportBackend(BucketedBackend):
     default_filename = "model.jax"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
@@ -161,19 +161,7 @@ class JaxExportBackend(Backend):
         # new shape and compile, which must not happen on the event loop.
         return not dynamic_beyond_batch(self._inputs)
 
-    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
-        return self._buckets or None
-
-    def inputs(self) -> list[TensorSpec]:
-        return list(self._inputs)
-
-    def outputs(self) -> list[TensorSpec]:
-        return list(self._outputs)
-
-    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        return run_padded(inputs, self._buckets, lambda feed: self._outputs_of(feed, output_names))
-
-    def _outputs_of(
+    def _run_bucket(
         self, feed: dict[str, np.ndarray], output_names: list[str]
     ) -> dict[str, np.ndarray]:
         leaves = self._execute(feed)

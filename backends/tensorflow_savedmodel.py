@@ -23,11 +23,11 @@ import ml_dtypes  # noqa: E402  (TensorFlow depends on it; numpy's view of bfloa
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from backends.base import Backend, BackendUnavailable, Device, TensorSpec  # noqa: E402
-from backends.buckets import (  # noqa: E402
+from backends.base import BackendUnavailable, Device, TensorSpec  # noqa: E402
+from backends.buckets import (
+    BucketedBackend,  # noqa: E402
     batch_buckets,
     check_batch_dimension,
-    run_padded,
     zero_feed,
 )
 from backends.parameters import bool_parameter, int_parameter, string_parameter  # noqa: E402
@@ -85,7 +85,7 @@ def _spec(name: str, spec: tf.TensorSpec, model: str) -> TensorSpec:
     return TensorSpec(name, datatype, tuple(-1 if d is None else d for d in spec.shape.as_list()))
 
 
-class SavedModelBackend(Backend):
+class SavedModelBackend(BucketedBackend):
     default_filename = "model.savedmodel"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
@@ -166,19 +166,7 @@ class SavedModelBackend(Backend):
     def inline_capable(cls) -> bool:
         return True  # TensorFlow functions may be called from any thread
 
-    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
-        return self._buckets or None
-
-    def inputs(self) -> list[TensorSpec]:
-        return list(self._inputs)
-
-    def outputs(self) -> list[TensorSpec]:
-        return list(self._outputs)
-
-    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        return run_padded(inputs, self._buckets, lambda feed: self._outputs_of(feed, output_names))
-
-    def _outputs_of(
+    def _run_bucket(
         self, feed: dict[str, np.ndarray], output_names: list[str]
     ) -> dict[str, np.ndarray]:
         results = self._run_signature(feed)

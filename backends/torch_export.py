@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backends.base import Backend, BackendUnavailable, Device, TensorSpec
-from backends.buckets import batch_buckets, dynamic_beyond_batch, run_padded
+from backends.base import BackendUnavailable, Device, TensorSpec
+from backends.buckets import BucketedBackend, batch_buckets, dynamic_beyond_batch
 from backends.parameters import choice_parameter
 from backends.torch_common import (
     V2_TO_TORCH,
@@ -63,7 +63,7 @@ def _batch_limit(shape, ranges: dict) -> int | None:
     return int(bound.upper)
 
 
-class TorchExportBackend(Backend):
+class TorchExportBackend(BucketedBackend):
     default_filename = "model.pt2"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
@@ -182,19 +182,7 @@ class TorchExportBackend(Backend):
         cuda_graphs = list_mode_options(self._mode).get("triton.cudagraphs", False)
         return not cuda_graphs and not dynamic_beyond_batch(self._inputs)
 
-    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
-        return self._buckets or None
-
-    def inputs(self) -> list[TensorSpec]:
-        return list(self._inputs)
-
-    def outputs(self) -> list[TensorSpec]:
-        return list(self._outputs)
-
-    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        return run_padded(inputs, self._buckets, lambda feed: self._outputs_of(feed, output_names))
-
-    def _outputs_of(
+    def _run_bucket(
         self, feed: dict[str, np.ndarray], output_names: list[str]
     ) -> dict[str, np.ndarray]:
         args = [to_torch(feed[s.name], s.datatype, self._device) for s in self._inputs]

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from gateway import __version__
+from gateway import __version__, compile_command
 from gateway.repository import CONTROL_MODES
 from gateway.server import Gateway, ServerOptions
 
@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="token that load/unload calls must present as 'Authorization: Bearer <token>'",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    compile_command.add_parser(commands)
     return parser
 
 
@@ -111,8 +112,11 @@ def _event_loop_factory():
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=getattr(args, "log_level", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "compile":
+        return compile_command.run(args)
     repository = args.model_repository or _default_repository()
     if not repository.is_dir():
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)

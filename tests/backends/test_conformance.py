@@ -46,6 +46,8 @@ CASES = [
     Case("digits_torch_compile", "pytorch_export", "torch", "mixed_torch_compile"),
     Case("digits_savedmodel", "tensorflow_savedmodel", "tensorflow", "mixed_savedmodel"),
     Case("digits_jax", "jax_export", "jax", "mixed_jax"),
+    Case("digits_tvm", "tvm", "tvm", "mixed_tvm"),
+    Case("digits_opencl", "opencl", "tinygrad", "mixed_opencl"),
 ]
 
 
@@ -232,3 +234,33 @@ def test_agrees_with_the_pytorch_reference(case, grpc, reference_top1):
     predictions = classify_through_gateway(grpc, case.digits, held_out()[0]).argmax(axis=1)
     agreement = float(np.mean(predictions == reference_top1))
     assert agreement >= 0.99, f"{case.digits} agrees with PyTorch on {agreement:.2%} only"
+
+
+# --- compiled backends against ONNX Runtime on the same file --------------------------
+
+ONNX_BACKENDS = [case for case in case_params() if case.values[0].platform in ("tvm", "opencl")]
+
+
+@pytest.mark.parametrize("case", ONNX_BACKENDS)
+@pytest.mark.parametrize(("family", "input_name", "output_name"), [
+    ("digits", "pixels", "probabilities"),
+    ("mlp", "INPUT0", "OUTPUT0"),
+], ids=["digits", "mlp"])  # fmt: skip
+def test_same_outputs_as_onnx_runtime(case, device, family, input_name, output_name,
+                                      example_repository):  # fmt: skip
+    """Batch 1 and batch N (a bucket, and a size padded up to one) within float tolerance of
+    ONNX Runtime running the very same model.onnx."""
+    import onnxruntime as ort
+
+    model_dir = example_repository / f"{family}_{case.platform}"
+    session = ort.InferenceSession(str(model_dir / "1" / "model.onnx"))
+    features = session.get_inputs()[0].shape[1]
+    images = np.random.default_rng(7).random((64, features), dtype=np.float32)
+    backend = load_backend(model_dir, device)
+    try:
+        for rows in (1, 13, 64):
+            got = backend.run({input_name: images[:rows]}, [output_name])[output_name]
+            expected = session.run([output_name], {input_name: images[:rows]})[0]
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=f"{rows} rows")
+    finally:
+        backend.unload()

