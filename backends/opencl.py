@@ -61,6 +61,7 @@ from backends.buckets import (  # noqa: E402
     BucketedBackend,
     batch_buckets,
     check_batch_dimension,
+    dynamic_beyond_batch,
     zero_feed,
 )
 from backends.parameters import int_parameter  # noqa: E402
@@ -125,17 +126,33 @@ class OpenClBackend(BucketedBackend):
             check_batch_dimension(
                 self._inputs, config.name, "dynamic", "export the ONNX model with a named batch dim"
             )
+        if dynamic_beyond_batch(self._inputs) or (
+            not config.max_batch_size and any(-1 in spec.shape for spec in self._inputs)
+        ):
+            raise BackendUnavailable(
+                f"model '{config.name}': the opencl backend captures fixed shapes, and an "
+                f"input has a dynamic dimension besides the batch "
+                f"({', '.join(f'{s.name} {list(s.shape)}' for s in self._inputs)}); "
+                "fix it in the ONNX model or use the tvm or onnxruntime_onnx backend"
+            )
         index = int_parameter(config, "opencl_device") or 0
         self._buckets = batch_buckets(config)
         started = time.perf_counter()
         with _TINYGRAD:
             self._cl_device = open_device(index, config.name)
-            self._runner = OnnxRunner(artifact).to(self._cl_device)
-            self._steps = {rows: self._capture() for rows in self._buckets or (0,)}
-            for rows, step in self._steps.items():
-                feed = zero_feed(self._inputs, rows or None)
-                for _ in range(_JIT_CALLS_TO_CAPTURE):
-                    self._call(step, feed)
+            try:
+                self._runner = OnnxRunner(artifact).to(self._cl_device)
+                self._steps = {rows: self._capture() for rows in self._buckets or (0,)}
+                for rows, step in self._steps.items():
+                    feed = zero_feed(self._inputs, rows or None)
+                    for _ in range(_JIT_CALLS_TO_CAPTURE):
+                        self._call(step, feed)
+            except Exception as exc:  # tinygrad's compile errors, a missing tool, ...
+                first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise BackendUnavailable(
+                    f"model '{config.name}': tinygrad could not compile it for OpenCL: "
+                    f"{type(exc).__name__}: {first_line[:500]}"
+                ) from None
         log.info(
             "model '%s' (opencl, tinygrad) on %s (%s): captured batch sizes %s in %.1f s",
             config.name, self._cl_device, TinygradDevice[self._cl_device].device_name,
@@ -154,7 +171,9 @@ class OpenClBackend(BucketedBackend):
 
         def step(**tensors: Tensor) -> list[Tensor]:
             results = runner(tensors)
-            return [results[name].realize() for name in output_names]
+            # clone: an output no kernel computes (an Identity of an input, a reshape)
+            # would otherwise be the warm-up's buffer, replayed unchanged forever.
+            return [results[name].clone().realize() for name in output_names]
 
         return TinyJit(step)
 

@@ -32,12 +32,14 @@ from backends.base import BackendUnavailable, Device  # noqa: E402
 from backends.buckets import BucketedBackend, batch_buckets, check_batch_dimension  # noqa: E402
 from backends.parameters import int_parameter  # noqa: E402
 from backends.tvm_compile import (  # noqa: E402
+    MANIFEST,
     Manifest,
     aot_directory,
     build_target,
     cache_directory,
     compile_libraries,
     load_libraries,
+    locked,
     target_kind,
     wanted_manifest,
 )
@@ -55,32 +57,46 @@ def tune_trials_of(config: mc.ModelConfig) -> int:
     return trials
 
 
+Libraries = dict[int, tvm.runtime.Module]
+
+
 def find_or_compile(
     artifact: Path, config: mc.ModelConfig, target: tvm.target.Target
-) -> tuple[Path, Manifest, str]:
-    """The directory of libraries serving this model on `target`, its manifest, and
-    where it came from ("ahead-of-time", "cache" or "compiled")."""
+) -> tuple[Path, Manifest, Libraries, str]:
+    """The libraries serving this model on `target`, loaded, with their directory and
+    manifest and where they came from ("ahead-of-time", "cache" or "compiled"). Libraries
+    that do not match or do not load are passed over with a log line saying why."""
     buckets = batch_buckets(config)
     wanted = wanted_manifest(artifact, target, buckets, tune_trials_of(config))
     aot = aot_directory(artifact.parent, target_kind(target))
     found = Manifest.read(aot)
-    if found is not None:
+    if found is None and aot.exists():
+        log.warning("model '%s': %s has no readable %s; compiling", config.name, aot, MANIFEST)
+    elif found is not None:
         reason = found.mismatch(wanted, ignore_tuning=True)
-        if reason is None:
-            return aot, found, "ahead-of-time"
+        try:
+            if reason is None:
+                return aot, found, load_libraries(aot, found, config.name), "ahead-of-time"
+        except BackendUnavailable as exc:
+            reason = str(exc)
         log.warning(
             "model '%s': not using the libraries in %s: %s; compiling instead",
             config.name, aot, reason,
         )  # fmt: skip
     cached = cache_directory(wanted)
-    found = Manifest.read(cached)
-    if found is not None and found.mismatch(wanted, ignore_tuning=False) is None:
-        return cached, found, "cache"
-    manifest = compile_libraries(
-        artifact, config.name, target, buckets, wanted.tune_trials, cached,
-        progress=_log_progress(config.name),
-    )  # fmt: skip
-    return cached, manifest, "compiled"
+    with locked(cached):  # another process may be compiling the same key right now
+        found = Manifest.read(cached)
+        if found is not None and found.mismatch(wanted, ignore_tuning=False) is None:
+            try:
+                return cached, found, load_libraries(cached, found, config.name), "cache"
+            except BackendUnavailable as exc:
+                log.warning("model '%s': cached libraries unusable (%s); compiling again",
+                            config.name, exc)  # fmt: skip
+        manifest = compile_libraries(
+            artifact, config.name, target, buckets, wanted.tune_trials, cached,
+            progress=_log_progress(config.name),
+        )  # fmt: skip
+        return cached, manifest, load_libraries(cached, manifest, config.name), "compiled"
 
 
 def _log_progress(model: str):
@@ -112,19 +128,19 @@ class TvmBackend(BucketedBackend):
         self._buckets = batch_buckets(config)
         started = time.perf_counter()
         if device.kind == "gpu":
-            target = build_target("cuda")
+            target = build_target("cuda", gpu=device.index)
             self._device = tvm.cuda(device.index)
         else:
             target = build_target("llvm")
             self._device = tvm.cpu(0)
         # Where the libraries came from: "ahead-of-time", "cache" or "compiled".
-        directory, manifest, self.source = find_or_compile(artifact, config, target)
+        directory, manifest, libraries, self.source = find_or_compile(artifact, config, target)
         self._memory = sum(
             (directory / name).stat().st_size for name in manifest.libraries.values()
         )
         self._functions = {
             bucket: relax.VirtualMachine(library, self._device)["main"]
-            for bucket, library in load_libraries(directory, manifest).items()
+            for bucket, library in libraries.items()
         }
         log.info(
             "model '%s' (tvm, %s) on %s: %s libraries for batch sizes %s, ready in %.1f s",

@@ -12,6 +12,8 @@ built from; its key decides whether a directory of libraries may serve a model:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -20,7 +22,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from backends import onnx_graph
 from backends.base import BackendUnavailable
+from backends.buckets import check_batch_dimension
 from backends.tvm_tuning import tune_and_compile
 from gateway.cache import cache_root
 
@@ -43,23 +46,26 @@ TARGET_KINDS = ("llvm", "cuda")
 Progress = Callable[[int, int], None]
 
 
-def build_target(kind: str, cuda_arch: str | None = None) -> tvm.target.Target:
+def build_target(kind: str, cuda_arch: str | None = None, gpu: int = 0) -> tvm.target.Target:
     """llvm for this host's CPU (its features included), or cuda for `cuda_arch`
-    (default: the architecture of GPU 0)."""
+    (default: the architecture of GPU `gpu`)."""
     if kind == "llvm":
         from tvm.target import codegen
 
         return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
     if kind == "cuda":
         if cuda_arch is None:
-            gpu = tvm.cuda(0)
-            if not gpu.exist:
+            device = tvm.cuda(gpu)
+            if not device.exist:
                 raise BackendUnavailable(
                     "target cuda: TVM sees no CUDA GPU here to take the architecture from; "
                     "name one (e.g. --cuda-arch sm_90)"
                 )
-            cuda_arch = "sm_" + gpu.compute_version.replace(".", "")
-        return tvm.target.Target({"kind": "cuda", "arch": cuda_arch})
+            cuda_arch = "sm_" + device.compute_version.replace(".", "")
+        try:
+            return tvm.target.Target({"kind": "cuda", "arch": cuda_arch})
+        except Exception as exc:  # TVM reports a bad arch with its own error type
+            raise BackendUnavailable(f"target cuda with arch '{cuda_arch}': {exc}") from None
     raise BackendUnavailable(f"unknown TVM target '{kind}', expected one of {TARGET_KINDS}")
 
 
@@ -76,12 +82,16 @@ class Manifest:
     tvm_version: str
     buckets: list[int]  # [] for an unbatched model
     tune_trials: int
-    libraries: dict[str, str]  # bucket ("0" when unbatched) -> file name
+    # bucket ("0" when unbatched) -> file name. Names carry a content hash: glibc hands
+    # back an already-loaded library for a path it has seen, so a recompiled library
+    # must never reuse the old one's path.
+    libraries: dict[str, str]
+    library_sha256: dict[str, str]  # file name -> sha256, checked before loading
     format: int = FORMAT
 
     def key(self) -> str:
         """The cache key: everything the libraries depend on."""
-        fields = {k: v for k, v in asdict(self).items() if k != "libraries"}
+        fields = {k: v for k, v in asdict(self).items() if k not in ("libraries", "library_sha256")}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
     def mismatch(self, wanted: Manifest, *, ignore_tuning: bool) -> str | None:
@@ -123,6 +133,7 @@ def wanted_manifest(
         buckets=list(buckets),
         tune_trials=tune_trials,
         libraries={},
+        library_sha256={},
     )
 
 
@@ -162,15 +173,21 @@ def compile_libraries(
     manifest = wanted_manifest(onnx_path, target, buckets, tune_trials)
     graph = onnx_graph.load(onnx_path, model)
     inputs, _ = onnx_graph.tensor_specs(graph, model)
-    if tune_trials and any(-1 in spec.shape[1:] for spec in inputs):
+    if buckets:
+        check_batch_dimension(
+            inputs, model, "dynamic", "export the ONNX model with a named batch dim"
+        )
+    static_from = 1 if buckets else 0  # the batch dimension is fixed per bucket
+    if tune_trials and any(-1 in spec.shape[static_from:] for spec in inputs):
         raise BackendUnavailable(
             f"model '{model}': MetaSchedule tunes static shapes only, and an input has a "
             "dynamic dimension besides the batch; set tune_trials to 0 or fix the dimension"
         )
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the libraries from a server's user
     try:
-        libraries = {}
+        libraries, hashes = {}, {}
         bucket_list = buckets or (0,)
         for index, bucket in enumerate(bucket_list):
             started = time.perf_counter()
@@ -185,9 +202,12 @@ def compile_libraries(
                 # On cuda, tvm.compile's pipeline gives every kernel DLight's default GPU
                 # schedule (thread bindings that CUDA code generation needs).
                 executable = tvm.compile(module, target=target)
-            name = f"batch{bucket}.so"
-            executable.export_library(str(staging / name))
-            libraries[str(bucket)] = name
+            built = staging / f"batch{bucket}.so"
+            executable.export_library(str(built))
+            digest = file_sha256(built)
+            name = f"batch{bucket}-{digest[:16]}.so"
+            built.rename(staging / name)
+            libraries[str(bucket)], hashes[name] = name, digest
             log.info(
                 "model '%s': compiled batch %s for %s in %.1f s",
                 model,
@@ -196,7 +216,9 @@ def compile_libraries(
                 time.perf_counter() - started,
             )
             shutil.rmtree(staging / f"tuning-{bucket}", ignore_errors=True)
-        manifest = Manifest(**{**asdict(manifest), "libraries": libraries})
+        manifest = Manifest(
+            **{**asdict(manifest), "libraries": libraries, "library_sha256": hashes}
+        )
         manifest.write(staging)
         _replace_directory(staging, destination)
     except BaseException:
@@ -220,14 +242,36 @@ def _replace_directory(staging: Path, destination: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def load_libraries(directory: Path, manifest: Manifest) -> dict[int, tvm.runtime.Module]:
-    """bucket (0 when unbatched) -> the loaded library."""
+def load_libraries(
+    directory: Path, manifest: Manifest, model: str
+) -> dict[int, tvm.runtime.Module]:
+    """bucket (0 when unbatched) -> the loaded library. Each file's hash is checked first:
+    loading a truncated library can kill the process (SIGBUS) rather than raise."""
     modules = {}
     for bucket, name in manifest.libraries.items():
+        path = directory / name
         try:
-            modules[int(bucket)] = tvm.runtime.load_module(str(directory / name))
-        except Exception as exc:  # a truncated or foreign .so fails inside TVM's loader
+            intact = file_sha256(path) == manifest.library_sha256.get(name)
+        except OSError as exc:
+            raise BackendUnavailable(f"model '{model}': cannot read {path}: {exc}") from None
+        if not intact:
             raise BackendUnavailable(
-                f"cannot load compiled library {directory / name}: {exc}"
-            ) from None
+                f"model '{model}': {path} does not match the sha256 in its manifest"
+            )
+        try:
+            modules[int(bucket)] = tvm.runtime.load_module(str(path))
+        except Exception as exc:  # a foreign .so fails inside TVM's loader
+            raise BackendUnavailable(f"model '{model}': cannot load {path}: {exc}") from None
     return modules
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold `<directory>.lock`, so one process at a time compiles (or reads) a cache entry."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -70,9 +70,10 @@ def _compile(args: argparse.Namespace) -> int:
         )
     # Imported here: the TVM package is an optional extra, needed by this command only.
     from backends.buckets import batch_buckets
-    from backends.tvm_backend import tune_trials_of  # noqa: F401  (validates the config)
     from backends.tvm_compile import aot_directory, build_target, compile_libraries, target_kind
 
+    if args.cuda_arch and args.target != "cuda":
+        raise BackendUnavailable("--cuda-arch goes with --target cuda")
     versions = args.version or versions_to_load(config, available_versions(model_dir))
     target = build_target(args.target, args.cuda_arch)
     filename = config.default_model_filename or "model.onnx"

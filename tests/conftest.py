@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,20 @@ class ExampleBuild(NamedTuple):
     repo: Path
     names: list[str]
     lines: list[str]  # the build log, one line per model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory) -> Iterator[Path]:
+    """Compiled-model caches (TVM libraries, tinygrad kernels) of this session only, for
+    every test and every server it starts: nothing shared with other runs."""
+    previous = os.environ.get("XDG_CACHE_HOME")
+    path = tmp_path_factory.mktemp("xdg-cache")
+    os.environ["XDG_CACHE_HOME"] = str(path)
+    yield path
+    if previous is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import tritonclient.http as httpclient
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("tvm")
 
@@ -84,7 +84,7 @@ def test_second_load_comes_from_the_cache_without_compiling(
         f"digits_tvm: first load {first_load_s:.2f} s ({sum(compile_calls):.2f} s in "
         f"tvm.compile), second load {second_load_s:.2f} s from the cache"
     )
-    [entry] = (cache_home / "accel-gateway" / "tvm").iterdir()
+    [entry] = [p for p in (cache_home / "accel-gateway" / "tvm").iterdir() if p.is_dir()]
     manifest = Manifest.read(entry)
     assert manifest is not None and manifest.buckets == [1, 8, 64]
     assert manifest.key() == entry.name
@@ -250,3 +250,38 @@ def test_compile_with_a_small_tuning_budget(repository_copy, cache_home):
         np.testing.assert_array_equal(out["y32"], x32 * 2 + x16.astype(np.float32))
     finally:
         backend.unload()
+
+
+def test_a_damaged_cached_library_is_compiled_again(example_repository, cache_home, compile_calls):
+    """A truncated library would crash the process if loaded (SIGBUS): its hash is checked
+    first, and the entry is compiled again."""
+    load_backend(example_repository / "digits_tvm").unload()
+    [entry] = [p for p in (cache_home / "accel-gateway" / "tvm").iterdir() if p.is_dir()]
+    library = next(entry.glob("batch8-*.so"))
+    # A new file in its place: truncating the mapped one in place would crash this very
+    # process, which loaded it a moment ago.
+    damaged = library.with_suffix(".tmp")
+    damaged.write_bytes(library.read_bytes()[:1000])
+    damaged.replace(library)
+    backend = load_backend(example_repository / "digits_tvm")
+    try:
+        assert backend.source == "compiled" and len(compile_calls) == 6
+        assert run_digits(backend, 8).shape == (8, 10)
+    finally:
+        backend.unload()
+
+
+def test_recompiled_libraries_get_new_file_names(repository_copy):
+    """glibc returns an already-loaded library for a path it has seen: a recompiled model
+    must not reuse a path, or a reload would serve the old code."""
+    repository = repository_copy("digits_tvm")
+    aot = repository / "digits_tvm" / "1" / "tvm-llvm"
+    assert compile_cli(str(repository / "digits_tvm"), "--target", "llvm").returncode == 0
+    before = set(json.loads((aot / MANIFEST).read_text())["libraries"].values())
+    model = onnx.load(repository / "digits_tvm" / "1" / "model.onnx")
+    weights = model.graph.initializer[0]
+    weights.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weights) + 1, weights.name))
+    onnx.save(model, repository / "digits_tvm" / "1" / "model.onnx")
+    assert compile_cli(str(repository / "digits_tvm"), "--target", "llvm").returncode == 0
+    after = set(json.loads((aot / MANIFEST).read_text())["libraries"].values())
+    assert before.isdisjoint(after)
