@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-token",
         help="token that load/unload calls must present as 'Authorization: Bearer <token>'",
     )
+    serve.add_argument(
+        "--sagemaker",
+        action="store_true",
+        help="also serve SageMaker's container contract (GET /ping, POST /invocations with "
+        "the X-Amzn-SageMaker-Target-Model header) on --sagemaker-port",
+    )
+    serve.add_argument("--sagemaker-port", type=_port, default=8080, help="default %(default)s")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     compile_command.add_parser(commands)
     return parser
@@ -133,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queue_size=args.max_queue_size,
         max_body_bytes=args.max_request_bytes,
         admin_token=args.admin_token,
+        sagemaker_port=args.sagemaker_port if args.sagemaker else None,
     )
     try:
         with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:

@@ -18,6 +18,7 @@ from gateway.core import InferenceCore
 from gateway.grpc.service import add_services, set_serving
 from gateway.http.app import create_app
 from gateway.http.infer_route import with_infer_route
+from gateway.http.sagemaker import create_sagemaker_app
 from gateway.metrics import create_metrics_app
 from gateway.repository import ModelRepository
 
@@ -37,6 +38,8 @@ class ServerOptions:
     max_queue_size: int = 1024  # per model version: requests waiting or running
     max_body_bytes: int = 64 * 1024 * 1024
     admin_token: str | None = None
+    # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
+    sagemaker_port: int | None = None
 
 
 class _Uvicorn(uvicorn.Server):
@@ -89,12 +92,16 @@ class Gateway:
         self.grpc_server: grpc.aio.Server | None = None
         self.http: _Uvicorn | None = None
         self.metrics: _Uvicorn | None = None
+        self.sagemaker: _Uvicorn | None = None
 
     async def start(self) -> None:
         options = self.options
         # Bind every port before starting anything, so a port in use is one clear error.
         http_socket = _listen(options.host, options.http_port, "HTTP")
         metrics_socket = _listen(options.host, options.metrics_port, "metrics")
+        sagemaker_socket = None
+        if options.sagemaker_port is not None:
+            sagemaker_socket = _listen(options.host, options.sagemaker_port, "SageMaker")
         self.grpc_server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", options.max_body_bytes),
@@ -106,8 +113,9 @@ class Gateway:
         try:
             self.grpc_server.add_insecure_port(address)
         except RuntimeError as exc:
-            http_socket.close()
-            metrics_socket.close()
+            for sock in (http_socket, metrics_socket, sagemaker_socket):
+                if sock is not None:
+                    sock.close()
             raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
         await self.grpc_server.start()
         await set_serving(self.health, False)
@@ -120,6 +128,11 @@ class Gateway:
         self.metrics = _uvicorn(create_metrics_app(self.repository))
         self._tasks.append(asyncio.create_task(self.http.serve(sockets=[http_socket])))
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
+        if sagemaker_socket is not None:
+            self.sagemaker = _uvicorn(create_sagemaker_app(self.core, options.max_body_bytes))
+            self._tasks.append(
+                asyncio.create_task(self.sagemaker.serve(sockets=[sagemaker_socket]))
+            )
 
         await self.repository.load_startup_models(options.load_models)
         if options.model_control_mode == "poll":
@@ -138,6 +151,10 @@ class Gateway:
             len(ready),
             ", ".join(ready) or "none",
         )
+        if options.sagemaker_port is not None:
+            log.info(
+                "SageMaker /ping and /invocations on %s:%d", options.host, options.sagemaker_port
+            )
 
     async def _poll(self) -> None:
         while True:
@@ -152,7 +169,7 @@ class Gateway:
         self.core.stopping = True
         if self._poller is not None:
             self._poller.cancel()
-        for server in (self.http, self.metrics):
+        for server in (self.http, self.metrics, self.sagemaker):
             if server is not None:
                 server.should_exit = True
         if self.grpc_server is not None:

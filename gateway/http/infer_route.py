@@ -44,63 +44,82 @@ def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
     return lambda: cycle.disconnected
 
 
-async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
+async def serve_infer(
+    core: InferenceCore,
+    max_body_bytes: int,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    name: str,
+    version: str,
+) -> None:
+    """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
+    headers = dict(scope["headers"])
+    body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
+    encoding = headers.get(b"content-encoding")
+    if encoding is not None:
+        body = decompress(body, encoding.decode("latin-1"), max_body_bytes)
+    header_length = headers.get(_HEADER_LENGTH)
+    if header_length is not None and not header_length.isdigit():
+        raise InvalidArgument(
+            "Inference-Header-Content-Length must be a byte count, got "
+            f"'{header_length.decode('latin-1')}'"
+        )
+    request = decode_request(
+        body, int(header_length) if header_length is not None else None, name, version
+    )
+    request.client_gone = disconnect_probe(receive)
+    response = await core.infer(request)
+    payload, json_length = encode_response(response, request)
+    reply_headers = []
+    if json_length is None:
+        reply_headers.append((b"content-type", b"application/json"))
+    else:
+        reply_headers.append((b"content-type", b"application/octet-stream"))
+        reply_headers.append((_HEADER_LENGTH, str(json_length).encode()))
+    accept = headers.get(b"accept-encoding")
+    chosen = choose_encoding(accept.decode("latin-1")) if accept else None
+    if chosen is not None:
+        payload = compress(payload, chosen)
+        reply_headers.append((b"content-encoding", chosen.encode()))
+    await respond(send, 200, payload, reply_headers)
+
+
+async def answer_errors(send: Send, path: str, handler: Awaitable[None]) -> None:
+    """Await `handler`, answering a GatewayError with its status and anything else with
+    a 500, as {"error": message}: never a stack trace to the client."""
+    try:
+        await handler
+    except GatewayError as exc:
+        await error(send, exc.message, exc.http_status)
+    except Exception as exc:
+        log.exception("unexpected error on %s", path)
+        await error(send, f"internal error: {type(exc).__name__}: {exc}", 500)
+
+
 def with_infer_route(app: ASGIApp, core: InferenceCore, max_body_bytes: int) -> ASGIApp:
     """`app` with POST /v2/models/{name}[/versions/{version}]/infer handled here."""
-
-    async def infer(scope: Scope, receive: Receive, send: Send, name: str, version: str):
-        headers = dict(scope["headers"])
-        body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
-        encoding = headers.get(b"content-encoding")
-        if encoding is not None:
-            body = decompress(body, encoding.decode("latin-1"), max_body_bytes)
-        header_length = headers.get(_HEADER_LENGTH)
-        if header_length is not None and not header_length.isdigit():
-            raise InvalidArgument(
-                "Inference-Header-Content-Length must be a byte count, got "
-                f"'{header_length.decode('latin-1')}'"
-            )
-        request = decode_request(
-            body, int(header_length) if header_length is not None else None, name, version
-        )
-        request.client_gone = disconnect_probe(receive)
-        response = await core.infer(request)
-        payload, json_length = encode_response(response, request)
-        reply_headers = []
-        if json_length is None:
-            reply_headers.append((b"content-type", b"application/json"))
-        else:
-            reply_headers.append((b"content-type", b"application/octet-stream"))
-            reply_headers.append((_HEADER_LENGTH, str(json_length).encode()))
-        accept = headers.get(b"accept-encoding")
-        chosen = choose_encoding(accept.decode("latin-1")) if accept else None
-        if chosen is not None:
-            payload = compress(payload, chosen)
-            reply_headers.append((b"content-encoding", chosen.encode()))
-        await _respond(send, 200, payload, reply_headers)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             match = _INFER_PATH.fullmatch(scope["path"])
             if match is not None:
-                try:
-                    await infer(scope, receive, send, match[1], match[2] or "")
-                except GatewayError as exc:
-                    await _error(send, exc.message, exc.http_status)
-                except Exception as exc:  # never a stack trace to the client
-                    log.exception("unexpected error on %s", scope["path"])
-                    await _error(send, f"internal error: {type(exc).__name__}: {exc}", 500)
+                handler = serve_infer(
+                    core, max_body_bytes, scope, receive, send, match[1], match[2] or ""
+                )
+                await answer_errors(send, scope["path"], handler)
                 return
         await app(scope, receive, send)
 
     return route
 
 
-async def _error(send: Send, message: str, status: int) -> None:
+async def error(send: Send, message: str, status: int) -> None:
     body = orjson.dumps({"error": message})
-    await _respond(send, status, body, [(b"content-type", b"application/json")])
+    await respond(send, status, body, [(b"content-type", b"application/json")])
