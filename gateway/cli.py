@@ -8,30 +8,10 @@ import logging
 import sys
 from pathlib import Path
 
-from gateway import __version__, compile_command
+from gateway import __version__, compile_command, loadtest_command
+from gateway.arguments import port, positive_int, positive_seconds
 from gateway.repository import CONTROL_MODES
 from gateway.server import Gateway, ServerOptions
-
-
-def _positive(value: str) -> int:
-    number = int(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return number
-
-
-def _positive_seconds(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
-    return number
-
-
-def _port(value: str) -> int:
-    number = int(value)
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
-    return number
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default %(default)s)"
     )
-    serve.add_argument("--http-port", type=_port, default=8000, help="default %(default)s")
-    serve.add_argument("--grpc-port", type=_port, default=8001, help="default %(default)s")
-    serve.add_argument("--metrics-port", type=_port, default=8002, help="default %(default)s")
+    serve.add_argument("--http-port", type=port, default=8000, help="default %(default)s")
+    serve.add_argument("--grpc-port", type=port, default=8001, help="default %(default)s")
+    serve.add_argument("--metrics-port", type=port, default=8002, help="default %(default)s")
     serve.add_argument(
         "--model-control-mode",
         choices=CONTROL_MODES,
@@ -69,20 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--repository-poll-secs",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=15.0,
         help="seconds between repository scans in poll mode (default %(default)s)",
     )
     serve.add_argument(
         "--max-queue-size",
-        type=_positive,
+        type=positive_int,
         default=1024,
         help="requests one model version may hold pending before answering 503 "
         "(default %(default)s)",
     )
     serve.add_argument(
         "--max-request-bytes",
-        type=_positive,
+        type=positive_int,
         default=64 * 1024 * 1024,
         help="largest request body, HTTP or gRPC (default %(default)s)",
     )
@@ -96,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve SageMaker's container contract (GET /ping, POST /invocations with "
         "the X-Amzn-SageMaker-Target-Model header) on --sagemaker-port",
     )
-    serve.add_argument("--sagemaker-port", type=_port, default=8080, help="default %(default)s")
+    serve.add_argument("--sagemaker-port", type=port, default=8080, help="default %(default)s")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     compile_command.add_parser(commands)
+    loadtest_command.add_parser(commands)
     return parser
 
 
@@ -124,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command == "compile":
         return compile_command.run(args)
+    if args.command == "loadtest":
+        return loadtest_command.run(args)
     repository = args.model_repository or _default_repository()
     if not repository.is_dir():
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)

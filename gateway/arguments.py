@@ -1,0 +1,27 @@
+"""argparse types shared by the `accel-gateway` commands."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    return number
+
+
+def port(value: str) -> int:
+    """A TCP port; 0 asks the system for a free one."""
+    number = int(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
+    return number
