@@ -27,9 +27,9 @@ from tvm.s_tir.meta_schedule import relax_integration
 BUILD_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 30
 
-# MetaSchedule prints a table of every task after every round to the console at the level
-# of this logger (DEBUG when unset); its full logs go to the work directory's files anyway.
-logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+# MetaSchedule prints a table of every task after every round to stdout, at the level this
+# logger has when tuning starts; its full logs go to the work directory's files anyway.
+_META_SCHEDULE_LOGGER = logging.getLogger("tvm.s_tir.meta_schedule")
 
 
 @derived_object
@@ -73,6 +73,8 @@ def tune_and_compile(
         module = relax.get_pipeline("zero")(module)  # legalize and fuse into kernels
     tasks = relax_integration.extract_tasks(module, target, params=None)
     work_dir.mkdir(parents=True, exist_ok=True)
+    # Reset every time: setting up a tuning run leaves this logger at DEBUG.
+    _META_SCHEDULE_LOGGER.setLevel(logging.WARNING)
     contexts, weights = relax_integration.extracted_tasks_to_tune_contexts(
         tasks, work_dir=str(work_dir), num_threads="physical"
     )
