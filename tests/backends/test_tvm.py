@@ -82,7 +82,7 @@ def test_second_load_comes_from_the_cache_without_compiling(
         second.unload()
     print(
         f"digits_tvm: first load {first_load_s:.2f} s ({sum(compile_calls):.2f} s in "
-        f"tvm.compile), second load {second_load_s:.2f} s from the cache"
+        f"tvm.compile), second load {second_load_s * 1000:.1f} ms from the cache"
     )
     [entry] = [p for p in (cache_home / "accel-gateway" / "tvm").iterdir() if p.is_dir()]
     manifest = Manifest.read(entry)
