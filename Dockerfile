@@ -91,7 +91,7 @@ LABEL org.opencontainers.image.title="accel-gateway" \
 # hadolint ignore=DL3008
 RUN packages=(); \
     case ",${EXTRAS}," in \
-        *,opencl,*|*,models,*|*,test,*) packages+=(pocl-opencl-icd) ;; \
+        *,opencl,*|*,models,*|*,test,*) packages+=(ocl-icd-libopencl1 pocl-opencl-icd) ;; \
     esac; \
     case ",${EXTRAS}," in \
         *,tvm,*|*,models,*|*,test,*) packages+=(gcc libc6-dev) ;; \

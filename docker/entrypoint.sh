@@ -16,7 +16,8 @@ set -eu
 gateway=${ACCEL_GATEWAY:-accel-gateway}
 
 if [ "$#" -eq 1 ] && [ "$1" = serve ]; then
-    exec "$gateway" serve --sagemaker --host 0.0.0.0 --model-repository "${MODEL_REPOSITORY:-/opt/ml/model}"
+    exec "$gateway" serve --sagemaker --sagemaker-port "${SAGEMAKER_BIND_TO_PORT:-8080}" \
+        --host 0.0.0.0 --model-repository "${MODEL_REPOSITORY:-/opt/ml/model}"
 fi
 if [ "$#" -gt 1 ] && [ "$1" = serve ]; then
     shift

@@ -208,11 +208,11 @@ def test_entrypoint_is_the_script():
         ("onnx", None),
         ("", None),
         ("onnx,torch,tensorflow,jax,gpu", None),
-        ("opencl", "pocl-opencl-icd"),
+        ("opencl", "ocl-icd-libopencl1 pocl-opencl-icd"),
         ("tvm", "gcc libc6-dev"),
-        ("onnx,tvm,opencl", "pocl-opencl-icd gcc libc6-dev"),
-        ("models", "pocl-opencl-icd gcc libc6-dev"),
-        ("test", "pocl-opencl-icd gcc libc6-dev"),
+        ("onnx,tvm,opencl", "ocl-icd-libopencl1 pocl-opencl-icd gcc libc6-dev"),
+        ("models", "ocl-icd-libopencl1 pocl-opencl-icd gcc libc6-dev"),
+        ("test", "ocl-icd-libopencl1 pocl-opencl-icd gcc libc6-dev"),
     ],
 )
 def test_system_packages_follow_the_extras(extras, packages, tmp_path):
@@ -370,6 +370,7 @@ def _run_entrypoint(args: list[str], env: dict[str, str]) -> list[str]:
     return argv
 
 
+SAGEMAKER = ["serve", "--sagemaker", "--sagemaker-port"]
 SERVE = ["serve", "--host", "0.0.0.0", "--model-repository"]
 
 
@@ -392,12 +393,13 @@ SERVE = ["serve", "--host", "0.0.0.0", "--model-repository"]
         (
             ["serve"],
             {},
-            ["serve", "--sagemaker", "--host", "0.0.0.0", "--model-repository", "/opt/ml/model"],
+            [*SAGEMAKER, "8080", "--host", "0.0.0.0", "--model-repository", "/opt/ml/model"],
         ),
+        # Serial inference pipelines tell the container which port to take.
         (
             ["serve"],
-            {"MODEL_REPOSITORY": "/srv/sm"},
-            ["serve", "--sagemaker", "--host", "0.0.0.0", "--model-repository", "/srv/sm"],
+            {"MODEL_REPOSITORY": "/srv/sm", "SAGEMAKER_BIND_TO_PORT": "9090"},
+            [*SAGEMAKER, "9090", "--host", "0.0.0.0", "--model-repository", "/srv/sm"],
         ),
         # `serve` with options is the options alone.
         (["serve", "--grpc-port", "9001"], {}, [*SERVE, "/models", "--grpc-port", "9001"]),

@@ -2,20 +2,26 @@
 
 - `GET /ping`: 200 once the server has started, else 503 (SageMaker's health check).
 - `POST /invocations`: a V2 infer body, JSON or the binary tensor extension, exactly as
-  `POST /v2/models/<name>/infer` takes it. A multi-model endpoint names the model in the
-  `X-Amzn-SageMaker-Target-Model` header (the artifact's path, e.g. `digits.tar.gz`;
-  its file name without the archive suffix is the repository's model name), and that
-  model is loaded from the repository on its first request. Without the header, the one
-  model the server has ready answers.
+  `POST /v2/models/<name>/infer` takes it. The binary extension's JSON length comes in
+  `Inference-Header-Content-Length`, or, since InvokeEndpoint forwards only its own
+  headers, in the content type `application/vnd.sagemaker-triton.binary+json;
+  json-header-size=N` (as Triton's SageMaker front-end reads it).
+- The `X-Amzn-SageMaker-Target-Model` header names the model (the artifact's path, e.g.
+  `digits.tar.gz`; its file name without the archive suffix is the repository's model
+  name), which is loaded from the repository on its first request. Without the header,
+  the one model the server has ready answers.
+
+SageMaker's multi-model management routes (`/models`) are not served.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import PurePosixPath
 
 from gateway.core import InferenceCore
-from gateway.errors import InvalidArgument, NotFound
+from gateway.errors import InvalidArgument, NotFound, Unavailable
 from gateway.http.infer_route import (
     ASGIApp,
     Receive,
@@ -30,6 +36,8 @@ from gateway.http.infer_route import (
 log = logging.getLogger(__name__)
 
 TARGET_MODEL_HEADER = b"x-amzn-sagemaker-target-model"
+HEADER_LENGTH_KEY = b"inference-header-content-length"
+BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json"
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 
 
@@ -42,29 +50,63 @@ def model_name_of(target: str) -> str:
     return name
 
 
+def binary_header_length(content_type: str) -> str | None:
+    """N from `application/vnd.sagemaker-triton.binary+json;json-header-size=N`: SageMaker's
+    InvokeEndpoint passes only its own headers on, so the binary extension's JSON length
+    travels in the content type instead of Inference-Header-Content-Length."""
+    media_type, *parameters = (part.strip() for part in content_type.split(";"))
+    if media_type.lower() != BINARY_CONTENT_TYPE:
+        return None
+    for parameter in parameters:
+        key, _, value = parameter.partition("=")
+        if key.strip().lower() == "json-header-size":
+            return value.strip()
+    raise InvalidArgument(f"content type {BINARY_CONTENT_TYPE} needs json-header-size=<bytes>")
+
+
 def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
+    # One load per model, ever, started by its first invocation: concurrent first calls
+    # share it, a model that failed to load is not loaded again on every request, and a
+    # model an administrator unloads stays unloaded (loads go through the V2 API after).
+    first_loads: dict[str, asyncio.Task] = {}
+
     async def resolve_model(scope: Scope) -> str:
         target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
         if target is None:
             ready = sorted({model.name for model in core.repository.ready_models()})
-            if len(ready) != 1:
+            if not ready:
+                raise Unavailable(
+                    "no model is ready; name one with the X-Amzn-SageMaker-Target-Model header"
+                )
+            if len(ready) > 1:
                 raise InvalidArgument(
-                    f"{len(ready)} models are ready ({', '.join(ready) or 'none'}); name one "
-                    "with the X-Amzn-SageMaker-Target-Model header"
+                    f"{len(ready)} models are ready ({', '.join(ready)}); name one with the "
+                    "X-Amzn-SageMaker-Target-Model header"
                 )
             return ready[0]
         name = model_name_of(target.decode("latin-1"))
+        if core.model_ready(name):
+            return name
         if not name or name.startswith(".") or name not in _repository_names(core):
             raise NotFound(
                 f"target model '{target.decode('latin-1')}' is not in the model repository"
             )
-        if not core.model_ready(name):
+        if name not in first_loads:
             log.info("loading model '%s' for its first SageMaker invocation", name)
-            await core.repository.load(name)
+            first_loads[name] = asyncio.ensure_future(core.repository.load(name))
+        await asyncio.shield(first_loads[name])
         return name
 
     async def invoke(scope: Scope, receive: Receive, send: Send) -> None:
         name = await resolve_model(scope)
+        headers = dict(scope["headers"])
+        if HEADER_LENGTH_KEY not in headers and b"content-type" in headers:
+            length = binary_header_length(headers[b"content-type"].decode("latin-1"))
+            if length is not None:
+                scope = {
+                    **scope,
+                    "headers": [*scope["headers"], (HEADER_LENGTH_KEY, length.encode())],
+                }
         await serve_infer(core, max_body_bytes, scope, receive, send, name, "")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

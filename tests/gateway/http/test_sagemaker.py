@@ -3,6 +3,8 @@ binary bodies, the multi-model target header with on-demand loading, and errors.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import numpy as np
 import pytest
@@ -114,8 +116,42 @@ def test_unknown_target_model_is_404(sagemaker):
 def test_no_header_with_no_model_ready_says_to_name_one(sagemaker):
     client, _ = sagemaker
     reply = client.post("/invocations", json=json_body(held_out()[0][:1]))
-    assert reply.status_code == 400
+    assert reply.status_code == 503
     assert "X-Amzn-SageMaker-Target-Model" in reply.json()["error"]
+
+
+def test_concurrent_first_invocations_load_the_model_once(sagemaker):
+    client, server = sagemaker
+    images = held_out()[0][:1]
+
+    def invoke(_: int) -> int:
+        headers = {"X-Amzn-SageMaker-Target-Model": "digits.tar.gz"}
+        return client.post("/invocations", json=json_body(images), headers=headers).status_code
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert list(pool.map(invoke, range(6))) == [200] * 6
+    assert server.log().count("loaded model 'digits'") == 1
+
+
+def test_binary_length_in_sagemakers_content_type(sagemaker):
+    """InvokeEndpoint forwards only its own headers: the JSON length of a binary body
+    travels in the content type, as Triton's SageMaker front-end takes it."""
+    client, _ = sagemaker
+    images = held_out()[0][:2]
+    tensor = httpclient.InferInput("pixels", list(images.shape), "FP32")
+    tensor.set_data_from_numpy(images, binary_data=True)
+    body, json_length = httpclient.InferenceServerClient.generate_request_body([tensor])
+    content_type = f"application/vnd.sagemaker-triton.binary+json;json-header-size={json_length}"
+    reply = client.post(
+        "/invocations",
+        content=body,
+        headers={"Content-Type": content_type, "X-Amzn-SageMaker-Target-Model": "digits"},
+    )
+    assert reply.status_code == 200, reply.text
+    result = httpclient.InferenceServerClient.parse_response_body(
+        reply.content, header_length=int(reply.headers["Inference-Header-Content-Length"])
+    )
+    assert result.as_numpy("probabilities").shape == (2, 10)
 
 
 def test_bad_input_names_the_input(sagemaker):
