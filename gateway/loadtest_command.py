@@ -143,7 +143,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def locust_command(args: argparse.Namespace) -> list[str]:
-    host = f"[{args.host}]" if ":" in args.host else args.host
+    host = _url_host(args.host)
     command = [
         sys.executable, "-m", "locust",
         "-f", str(args.locustfile),
@@ -172,9 +172,15 @@ def locust_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
+def _url_host(host: str) -> str:
+    """The host as a URL writes it: an IPv6 address in brackets, once."""
+    bare = host.strip("[]")
+    return f"[{bare}]" if ":" in bare else bare
+
+
 def _gateway_problem(args: argparse.Namespace) -> str | None:
     """Why the gateway cannot be load-tested, or None when it answers ready."""
-    host = f"[{args.host}]" if ":" in args.host else args.host
+    host = _url_host(args.host)
     if args.protocol in ("http", "both"):
         url = f"http://{host}:{args.http_port}/v2/health/ready"
         try:
@@ -234,9 +240,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: {problem}; start it first (accel-gateway serve)", file=sys.stderr)
         return 2
 
+    if args.output_dir.exists() and not args.output_dir.is_dir():
+        print(f"{name}: output directory {args.output_dir} is a file", file=sys.stderr)
+        return 2
     args.output_dir.mkdir(parents=True, exist_ok=True)
     stats_path = args.output_dir / f"{CSV_PREFIX}_stats.csv"
-    stats_path.unlink(missing_ok=True)  # never read an earlier run's numbers
+    # Never leave an earlier run's reports beside this one's.
+    for stale in args.output_dir.glob(f"{CSV_PREFIX}_*.csv"):
+        stale.unlink()
+    (args.output_dir / HTML_REPORT).unlink(missing_ok=True)
     process = subprocess.Popen(locust_command(args))
     try:
         code = process.wait(timeout=args.run_time + GRACE_S)
@@ -256,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not stats_path.is_file():
         print(f"{name}: Locust exited with {code} and wrote no {stats_path}", file=sys.stderr)
-        return code or 1
+        return _failed(code)
     rows = read_stats(stats_path)
     requests = sum(int(row["Request Count"]) for row in rows)
     failures = sum(int(row["Failure Count"]) for row in rows)
@@ -266,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if failures or code:
         print(f"{name}: FAILED (Locust exit code {code}, {failures} failed requests)")
-        return code or 1
+        return _failed(code)
     if requests == 0:
         print(f"{name}: FAILED (no request was made)")
         return 1
@@ -283,3 +295,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _failed(code: int) -> int:
+    """A failing exit status: Locust's own, or 1 (also when a signal ended Locust, which
+    Popen reports as a negative number)."""
+    return code if code > 0 else 1
