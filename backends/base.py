@@ -21,6 +21,11 @@ class BackendUnavailable(Exception):
     """The backend or the device it needs cannot be used here; the message says why."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of a framework's error (they can run to pages), or its type name."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     kind: str = "cpu"  # "cpu" or "gpu"

@@ -25,7 +25,7 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import export as jax_export  # noqa: E402
 
-from backends.base import BackendUnavailable, Device, TensorSpec  # noqa: E402
+from backends.base import BackendUnavailable, Device, TensorSpec, first_line  # noqa: E402
 from backends.buckets import (
     BucketedBackend,  # noqa: E402
     batch_buckets,
@@ -90,7 +90,7 @@ class JaxExportBackend(BucketedBackend):
         try:
             self._exported = jax_export.deserialize(bytearray(artifact.read_bytes()))
         except Exception as exc:  # flatbuffer and version errors come in many types
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            reason = first_line(exc)
             raise BackendUnavailable(
                 f"model '{config.name}': cannot read {artifact.name} as a serialized "
                 f"jax.export artifact: {reason}"

@@ -56,7 +56,7 @@ from tinygrad.nn.onnx import OnnxRunner, get_onnx_ops  # noqa: E402
 from tinygrad.runtime.ops_cl import CLDevice  # noqa: E402
 
 from backends import onnx_graph  # noqa: E402
-from backends.base import BackendUnavailable, Device  # noqa: E402
+from backends.base import BackendUnavailable, Device, first_line  # noqa: E402
 from backends.buckets import (  # noqa: E402
     BucketedBackend,
     batch_buckets,
@@ -148,10 +148,9 @@ class OpenClBackend(BucketedBackend):
                     for _ in range(_JIT_CALLS_TO_CAPTURE):
                         self._call(step, feed)
             except Exception as exc:  # tinygrad's compile errors, a missing tool, ...
-                first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise BackendUnavailable(
                     f"model '{config.name}': tinygrad could not compile it for OpenCL: "
-                    f"{type(exc).__name__}: {first_line[:500]}"
+                    f"{type(exc).__name__}: {first_line(exc)[:500]}"
                 ) from None
         log.info(
             "model '%s' (opencl, tinygrad) on %s (%s): captured batch sizes %s in %.1f s",

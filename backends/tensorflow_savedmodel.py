@@ -23,7 +23,7 @@ import ml_dtypes  # noqa: E402  (TensorFlow depends on it; numpy's view of bfloa
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from backends.base import BackendUnavailable, Device, TensorSpec  # noqa: E402
+from backends.base import BackendUnavailable, Device, TensorSpec, first_line  # noqa: E402
 from backends.buckets import (
     BucketedBackend,  # noqa: E402
     batch_buckets,
@@ -97,7 +97,7 @@ class SavedModelBackend(BucketedBackend):
             try:
                 self._loaded = tf.saved_model.load(str(artifact))
             except Exception as exc:  # TensorFlow raises many types for a bad directory
-                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                reason = first_line(exc)
                 raise BackendUnavailable(
                     f"model '{config.name}': cannot load {artifact.name} as a SavedModel: {reason}"
                 ) from None

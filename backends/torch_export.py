@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backends.base import BackendUnavailable, Device, TensorSpec
+from backends.base import BackendUnavailable, Device, TensorSpec, first_line
 from backends.buckets import BucketedBackend, batch_buckets, dynamic_beyond_batch
 from backends.parameters import choice_parameter
 from backends.torch_common import (
@@ -75,7 +75,7 @@ class TorchExportBackend(BucketedBackend):
         try:
             program = torch.export.load(str(artifact))
         except Exception as exc:  # torch raises many types for a bad archive
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            reason = first_line(exc)
             raise BackendUnavailable(
                 f"model '{config.name}': cannot load {artifact.name} as a torch.export archive "
                 f"written by torch.export.save: {reason}"

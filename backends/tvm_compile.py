@@ -31,7 +31,7 @@ import tvm
 from tvm.relax.frontend.onnx import from_onnx
 
 from backends import onnx_graph
-from backends.base import BackendUnavailable
+from backends.base import BackendUnavailable, first_line
 from backends.buckets import check_batch_dimension
 from backends.tvm_tuning import tune_and_compile
 from gateway.cache import cache_root
@@ -153,9 +153,8 @@ def import_onnx(graph: onnx.ModelProto, model: str) -> tvm.IRModule:
     except tvm.error.OpNotImplemented as exc:
         raise BackendUnavailable(f"model '{model}': TVM cannot import it: {exc}") from None
     except Exception as exc:  # converter errors carry TVM's internal types
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise BackendUnavailable(
-            f"model '{model}': TVM's ONNX importer failed: {first_line}"
+            f"model '{model}': TVM's ONNX importer failed: {first_line(exc)}"
         ) from None
 
 
