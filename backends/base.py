@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from gateway.proto import model_config_pb2 as mc
+from accel_base.proto import model_config_pb2 as mc
 
 
 class BackendUnavailable(Exception):

@@ -4,7 +4,7 @@ A compiled backend runs only the batch sizes it was compiled for; a batch of ano
 size is padded with zero rows up to the next bucket and the extra rows are cut off
 the outputs. The dynamic batcher pads for us when it is on (it reads
 `Backend.allowed_batch_sizes`); `run_padded` pads direct calls with the batcher's own
-`gateway.scheduling.batch.pad`.
+`accel_base.batch.pad`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from accel_base.batch import pad, padded_size
+from accel_base.datatypes import NUMPY_DTYPES
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, TensorSpec
 from backends.parameters import string_parameter
-from gateway.datatypes import NUMPY_DTYPES
-from gateway.proto import model_config_pb2 as mc
-from gateway.scheduling.batch import pad, padded_size
 
 Feed = dict[str, np.ndarray]
 

@@ -25,6 +25,7 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import export as jax_export  # noqa: E402
 
+from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends.base import BackendUnavailable, Device, TensorSpec, first_line  # noqa: E402
 from backends.buckets import (
     BucketedBackend,  # noqa: E402
@@ -33,7 +34,6 @@ from backends.buckets import (
     dynamic_beyond_batch,
     zero_feed,
 )
-from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 log = logging.getLogger(__name__)
 

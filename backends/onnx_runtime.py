@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
 from backends.parameters import int_parameter, string_parameter
-from gateway.errors import InvalidArgument
-from gateway.proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
 

@@ -55,6 +55,7 @@ from tinygrad import Tensor, TinyJit  # noqa: E402
 from tinygrad.nn.onnx import OnnxRunner, get_onnx_ops  # noqa: E402
 from tinygrad.runtime.ops_cl import CLDevice  # noqa: E402
 
+from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends import onnx_graph  # noqa: E402
 from backends.base import BackendUnavailable, Device, first_line  # noqa: E402
 from backends.buckets import (  # noqa: E402
@@ -65,7 +66,6 @@ from backends.buckets import (  # noqa: E402
     zero_feed,
 )
 from backends.parameters import int_parameter  # noqa: E402
-from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable
-from gateway.proto import model_config_pb2 as mc
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")

@@ -23,6 +23,7 @@ import ml_dtypes  # noqa: E402  (TensorFlow depends on it; numpy's view of bfloa
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends.base import BackendUnavailable, Device, TensorSpec, first_line  # noqa: E402
 from backends.buckets import (
     BucketedBackend,  # noqa: E402
@@ -31,7 +32,6 @@ from backends.buckets import (
     zero_feed,
 )
 from backends.parameters import bool_parameter, int_parameter, string_parameter  # noqa: E402
-from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from accel_base.datatypes import v2_datatype
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device, TensorSpec
 from backends.parameters import int_parameter
-from gateway.model_config import v2_datatype
-from gateway.proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device, TensorSpec, first_line
 from backends.buckets import BucketedBackend, batch_buckets, dynamic_beyond_batch
 from backends.parameters import choice_parameter
@@ -31,7 +32,6 @@ from backends.torch_common import (
     to_torch,
     torch_device,
 )
-from gateway.proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
 

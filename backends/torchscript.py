@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from accel_base.errors import Internal
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
 from backends.torch_common import (
     V2_TO_TORCH,
@@ -24,8 +26,6 @@ from backends.torch_common import (
     to_torch,
     torch_device,
 )
-from gateway.errors import Internal
-from gateway.proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
 

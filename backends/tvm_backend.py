@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
+from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends import onnx_graph  # noqa: E402
 from backends.base import BackendUnavailable, Device  # noqa: E402
 from backends.buckets import BucketedBackend, batch_buckets, check_batch_dimension  # noqa: E402
@@ -43,7 +44,6 @@ from backends.tvm_compile import (  # noqa: E402
     target_kind,
     wanted_manifest,
 )
-from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -30,11 +30,11 @@ import onnx
 import tvm
 from tvm.relax.frontend.onnx import from_onnx
 
+from accel_base.cache import cache_root
 from backends import onnx_graph
 from backends.base import BackendUnavailable, first_line
 from backends.buckets import check_batch_dimension
 from backends.tvm_tuning import tune_and_compile
-from gateway.cache import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 
+from accel_base.errors import InvalidArgument, NotFound, PermissionDenied
+from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
-from gateway.errors import InvalidArgument, NotFound, PermissionDenied
 from gateway.inference import InferRequest, InferResponse
-from gateway.proto import model_config_pb2 as mc
 from gateway.repository import ModelRepository
 
 # Only extensions this server implements in full are advertised.

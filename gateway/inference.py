@@ -1,7 +1,7 @@
 """The transport-free request and response that both fronts decode into and encode from.
 
 Nothing here knows HTTP or gRPC. Tensors are numpy arrays in their in-memory form
-(see gateway.datatypes); `datatype` keeps the V2 name because BF16 and BYTES are
+(see accel_base.datatypes); `datatype` keeps the V2 name because BF16 and BYTES are
 not recoverable from the numpy dtype alone.
 """
 

@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accel_base.datatypes import v2_datatype
+from accel_base.proto import model_config_pb2 as mc
 from backends import Backend, BackendUnavailable, Device, backend_class
 from gateway.inference import InferRequest, InferResponse
-from gateway.model_config import complete_config, platform_of, v2_datatype
-from gateway.proto import model_config_pb2 as mc
+from gateway.model_config import complete_config, platform_of
 from gateway.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules

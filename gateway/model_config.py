@@ -12,9 +12,10 @@ from typing import Any
 import yaml
 from google.protobuf import descriptor, json_format, text_format
 
+from accel_base.datatypes import config_data_type, v2_datatype
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import TensorSpec
-from gateway.errors import InvalidArgument
-from gateway.proto import model_config_pb2 as mc
 
 CONFIG_FILES = ("config.pbtxt", "config.yaml", "config.yml")
 
@@ -27,40 +28,10 @@ _PLATFORM_BY_ARTIFACT = {
     "model.jax": "jax_export",
 }
 
-_V2_TO_CONFIG = {
-    "BOOL": "TYPE_BOOL",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-    "FP64": "TYPE_FP64",
-    "BF16": "TYPE_BF16",
-    "BYTES": "TYPE_STRING",
-}
-_CONFIG_TO_V2 = {value: key for key, value in _V2_TO_CONFIG.items()}
 
 
 class ConfigError(InvalidArgument):
     """A model's configuration is unreadable or inconsistent; the message names the field."""
-
-
-def v2_datatype(data_type: int) -> str:
-    """V2 datatype name (e.g. "FP32") of a config DataType enum value."""
-    name = mc.DataType.Name(data_type)
-    try:
-        return _CONFIG_TO_V2[name]
-    except KeyError:
-        raise ConfigError(f"datatype {name} has no V2 equivalent") from None
-
-
-def config_data_type(datatype: str) -> int:
-    return mc.DataType.Value(_V2_TO_CONFIG[datatype])
 
 
 def parse_config_text(text: str, source: str) -> mc.ModelConfig:

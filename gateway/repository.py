@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from accel_base.proto import model_config_pb2 as mc
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
-from gateway.proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.errors import InvalidArgument
+from accel_base.datatypes import v2_datatype
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest
-from gateway.model_config import v2_datatype
-from gateway.proto import model_config_pb2 as mc
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.datatypes import NUMPY_DTYPES, to_raw
+from accel_base.datatypes import NUMPY_DTYPES, to_raw
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.cache import cache_root as gateway_cache_root
+from accel_base.cache import cache_root as gateway_cache_root
 from models import digits, identity, mixed_precision, mlp, simple
 
 # Part of the cache directory name: bump whenever any model or config changes, so that

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from gateway.datatypes import NUMPY_DTYPES, check_datatype, element_count, from_raw, to_raw
-from gateway.errors import InvalidArgument
+from accel_base.datatypes import NUMPY_DTYPES, check_datatype, element_count, from_raw, to_raw
+from accel_base.errors import InvalidArgument
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.proto import grpc_service_pb2 as pb
 

@@ -13,8 +13,8 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from accel_base.errors import GatewayError
 from gateway.core import InferenceCore
-from gateway.errors import GatewayError
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
 from gateway.proto import grpc_service_pb2 as pb
 from gateway.proto import grpc_service_pb2_grpc as pb_grpc
@@ -33,7 +33,7 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
         try:
             return await method(self, request, context)
         except GatewayError as exc:
-            await context.abort(exc.grpc_code, exc.message)
+            await context.abort(grpc.StatusCode[exc.grpc_status], exc.message)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:

@@ -11,8 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from accel_base.errors import GatewayError, InvalidArgument
 from gateway.core import InferenceCore
-from gateway.errors import GatewayError, InvalidArgument
 from gateway.http.body import read_body
 from gateway.http.codec import parse_json
 from gateway.model_config import config_to_json

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.errors import InvalidArgument, PayloadTooLarge
+from accel_base.errors import InvalidArgument, PayloadTooLarge
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 

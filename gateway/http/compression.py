@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zlib
 
-from gateway.errors import InvalidArgument, PayloadTooLarge
+from accel_base.errors import InvalidArgument, PayloadTooLarge
 
 # zlib window bits: 16 + MAX_WBITS reads a gzip wrapper, MAX_WBITS a zlib (deflate) one.
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}

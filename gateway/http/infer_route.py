@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from accel_base.errors import GatewayError, InvalidArgument
 from gateway.core import InferenceCore
-from gateway.errors import GatewayError, InvalidArgument
 from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress

@@ -20,8 +20,8 @@ import asyncio
 import logging
 from pathlib import PurePosixPath
 
+from accel_base.errors import InvalidArgument, NotFound, Unavailable
 from gateway.core import InferenceCore
-from gateway.errors import InvalidArgument, NotFound, Unavailable
 from gateway.http.infer_route import (
     ASGIApp,
     Receive,

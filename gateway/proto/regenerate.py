@@ -1,11 +1,13 @@
-"""Regenerate gateway/proto/*_pb2*.py from protos/*.proto.
+"""Regenerate gateway/proto/*_pb2*.py and accel_base/proto/*_pb2.py from protos/*.proto.
 
     python -m gateway.proto.regenerate           # rewrite the committed modules
     python -m gateway.proto.regenerate --check   # exit 1 if they are out of date
 
-protoc's output is post-processed: its absolute imports (``import model_config_pb2``)
-become package-relative, and descriptors go to ``gateway.proto.POOL`` instead of the
-default pool, so these modules can be imported next to tritonclient's.
+The model config goes to accel_base.proto (the transport-free base that backends and
+worker processes import), the service to gateway.proto. protoc's output is
+post-processed: its absolute imports (``import model_config_pb2``) become package
+imports, and descriptors go to ``accel_base.proto.POOL`` instead of the default pool,
+so these modules can be imported next to tritonclient's.
 """
 
 from __future__ import annotations
@@ -23,17 +25,26 @@ REPO_ROOT = PACKAGE_DIR.parent.parent
 PROTO_DIR = REPO_ROOT / "protos"
 PROTOS = ("model_config.proto", "grpc_service.proto")
 SERVICE_PROTOS = ("grpc_service.proto",)  # the only ones that declare a service
-OUTPUTS = ("grpc_service_pb2.py", "grpc_service_pb2_grpc.py", "model_config_pb2.py")
+# Generated module -> the directory (relative to the repository) it is committed in.
+OUTPUTS = {
+    "grpc_service_pb2.py": "gateway/proto",
+    "grpc_service_pb2_grpc.py": "gateway/proto",
+    "model_config_pb2.py": "accel_base/proto",
+}
 
 # (old, new, applies to) substitutions made on protoc's output; each must match.
 _REWRITES = (
-    ("import model_config_pb2 as", "from . import model_config_pb2 as", "grpc_service_pb2.py"),
+    (
+        "import model_config_pb2 as",
+        "from accel_base.proto import model_config_pb2 as",
+        "grpc_service_pb2.py",
+    ),
     ("import grpc_service_pb2 as", "from . import grpc_service_pb2 as", "grpc_service_pb2_grpc.py"),
     ("_descriptor_pool.Default()", "_POOL", "_pb2.py"),
     (
         "from google.protobuf import descriptor_pool as _descriptor_pool\n",
         "from google.protobuf import descriptor_pool as _descriptor_pool\n"
-        "from . import POOL as _POOL\n",
+        "from accel_base.proto import POOL as _POOL\n",
         "_pb2.py",
     ),
 )
@@ -45,9 +56,8 @@ def _protoc(*args: str) -> None:
         raise RuntimeError(f"protoc failed: {' '.join(args)}")
 
 
-def generate(out_dir: Path) -> list[Path]:
-    """Generate the modules into ``out_dir``; return the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def generate(out_root: Path) -> list[Path]:
+    """Generate the modules under ``out_root`` (a repository root); return the paths written."""
     with tempfile.TemporaryDirectory() as tmp:
         _protoc(f"--python_out={tmp}", *(str(PROTO_DIR / p) for p in PROTOS))
         _protoc(f"--grpc_python_out={tmp}", *(str(PROTO_DIR / p) for p in SERVICE_PROTOS))
@@ -59,7 +69,8 @@ def generate(out_dir: Path) -> list[Path]:
                     if old not in text:
                         raise RuntimeError(f"{name}: expected {old!r} in protoc output")
                     text = text.replace(old, new)
-            path = out_dir / name
+            path = out_root / OUTPUTS[name] / name
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             written.append(path)
     return written
@@ -69,12 +80,13 @@ def stale_files() -> list[str]:
     """Repository-relative paths of committed modules that differ from fresh output."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
-        return [
-            str((PACKAGE_DIR / f.name).relative_to(REPO_ROOT))
-            for f in fresh
-            if not (PACKAGE_DIR / f.name).is_file()
-            or (PACKAGE_DIR / f.name).read_bytes() != f.read_bytes()
-        ]
+        stale = []
+        for path in fresh:
+            relative = path.relative_to(tmp)
+            committed = REPO_ROOT / relative
+            if not committed.is_file() or committed.read_bytes() != path.read_bytes():
+                stale.append(str(relative))
+        return stale
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report stale modules")
     args = parser.parse_args(argv)
     if not args.check:
-        for path in generate(PACKAGE_DIR):
+        for path in generate(REPO_ROOT):
             print(f"wrote {path.relative_to(REPO_ROOT)}")
         return 0
     stale = stale_files()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.errors import Cancelled, GatewayError, Unavailable
+from accel_base.errors import Cancelled, GatewayError, Unavailable
 from gateway.inference import InferRequest, InferResponse
 from gateway.scheduling.instances import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response

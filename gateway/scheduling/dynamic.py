@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import Cancelled, GatewayError, InvalidArgument, Unavailable
+from accel_base import batch as batching
+from accel_base.errors import Cancelled, GatewayError, InvalidArgument, Unavailable
+from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
-from gateway.proto import model_config_pb2 as mc
-from gateway.scheduling import batch as batching
 from gateway.scheduling.instances import Instance, InstancePool
 from gateway.scheduling.planner import BatchingRules, Send, plan
 from gateway.scheduling.queue import Pending, RequestQueue

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from gateway.errors import InvalidArgument, Unavailable
-from gateway.proto import model_config_pb2 as mc
+from accel_base.errors import InvalidArgument, Unavailable
+from accel_base.proto import model_config_pb2 as mc
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gateway.errors import GatewayError, Internal
+from accel_base.errors import GatewayError, Internal
 from gateway.inference import InferRequest, InferResponse, Tensor
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from google.protobuf import text_format
 
+from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable
 from backends.buckets import batch_buckets, default_buckets
-from gateway.proto import model_config_pb2 as mc
 
 
 def config(max_batch_size: int, buckets: str | None = None) -> mc.ModelConfig:

@@ -12,9 +12,9 @@ jax = pytest.importorskip("jax")
 
 from jax import export as jax_export  # noqa: E402
 
+from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends import BackendUnavailable, Device  # noqa: E402
 from backends.jax_export import JaxExportBackend  # noqa: E402
-from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 
 def config(text: str = "") -> mc.ModelConfig:

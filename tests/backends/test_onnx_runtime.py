@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
+from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class
 from backends.onnx_runtime import OnnxRuntimeBackend, choose_providers, session_options
-from gateway.proto import model_config_pb2 as mc
 
 
 def config(text: str = "") -> mc.ModelConfig:

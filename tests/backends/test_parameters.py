@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from google.protobuf import text_format
 
+from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable
 from backends.parameters import bool_parameter, choice_parameter, int_parameter, string_parameter
-from gateway.proto import model_config_pb2 as mc
 
 
 def config(**parameters: str) -> mc.ModelConfig:

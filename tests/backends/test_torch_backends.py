@@ -13,11 +13,11 @@ from google.protobuf import text_format
 
 torch = pytest.importorskip("torch")
 
+from accel_base.errors import Internal  # noqa: E402
+from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends import BackendUnavailable, Device  # noqa: E402
 from backends.torch_export import TorchExportBackend  # noqa: E402
 from backends.torchscript import TorchScriptBackend, positions  # noqa: E402
-from gateway.errors import Internal  # noqa: E402
-from gateway.proto import model_config_pb2 as mc  # noqa: E402
 
 
 class Doubler(torch.nn.Module):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import InvalidArgument
-from gateway.proto import model_config_pb2 as mc
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 from gateway.repository import versions_to_load
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.errors import InvalidArgument
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, RequestedOutput, Tensor
-from gateway.proto import model_config_pb2 as mc
 from gateway.validation import RequestRules, check_request
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.errors import InvalidArgument
+from accel_base.errors import InvalidArgument
 from gateway.grpc.codec import decode_request, encode_response
 from gateway.inference import InferResponse, Tensor
 from gateway.proto import grpc_service_pb2 as pb

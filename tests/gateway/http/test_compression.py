@@ -5,7 +5,7 @@ import zlib
 
 import pytest
 
-from gateway.errors import InvalidArgument, PayloadTooLarge
+from accel_base.errors import InvalidArgument, PayloadTooLarge
 from gateway.http.compression import choose_encoding, compress, decompress
 
 

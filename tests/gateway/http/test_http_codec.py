@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from gateway.errors import InvalidArgument
+from accel_base.errors import InvalidArgument
 from gateway.http.codec import decode_request, encode_response
 from gateway.inference import InferResponse, Tensor
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
+from accel_base.errors import Internal, Unavailable
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, TensorSpec
-from gateway.errors import Internal, Unavailable
 from gateway.inference import InferRequest, Tensor
-from gateway.proto import model_config_pb2 as mc
 from gateway.scheduling import DynamicBatcher, Instance, InstancePool
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules

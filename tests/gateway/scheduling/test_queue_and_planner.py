@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from gateway.errors import InvalidArgument, Unavailable
-from gateway.proto import model_config_pb2 as mc
+from accel_base.errors import InvalidArgument, Unavailable
+from accel_base.proto import model_config_pb2 as mc
 from gateway.scheduling.planner import BatchingRules, Send, WaitUntil, plan
 from gateway.scheduling.queue import RequestQueue
 

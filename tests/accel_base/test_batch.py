@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.scheduling.batch import BatchShapeError, merge, merge_key, pad, padded_size, split
+from accel_base.batch import BatchShapeError, merge, merge_key, pad, padded_size, split
 
 
 def feed(rows: int, width: int = 3, dtype=np.float32, start: int = 0) -> dict[str, np.ndarray]:

@@ -11,7 +11,8 @@ import struct
 
 import numpy as np
 
-from gateway.errors import InvalidArgument
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 
 # V2 datatype -> numpy dtype of its in-memory form.
 NUMPY_DTYPES: dict[str, np.dtype] = {
@@ -144,3 +145,37 @@ def serialize_bytes(array: np.ndarray) -> bytes:
         parts.append(struct.pack("<I", len(data)))
         parts.append(data)
     return b"".join(parts)
+
+
+# V2 datatype -> the name of its config DataType enum value (BYTES is TYPE_STRING).
+_V2_TO_CONFIG = {
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BF16": "TYPE_BF16",
+    "BYTES": "TYPE_STRING",
+}
+_CONFIG_TO_V2 = {value: key for key, value in _V2_TO_CONFIG.items()}
+
+
+def v2_datatype(data_type: int) -> str:
+    """V2 datatype name (e.g. "FP32") of a config DataType enum value."""
+    name = mc.DataType.Name(data_type)
+    try:
+        return _CONFIG_TO_V2[name]
+    except KeyError:
+        raise InvalidArgument(f"datatype {name} has no V2 equivalent") from None
+
+
+def config_data_type(datatype: str) -> int:
+    """The config DataType enum value of a V2 datatype name."""
+    return mc.DataType.Value(_V2_TO_CONFIG[datatype])

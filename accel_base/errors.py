@@ -2,18 +2,18 @@
 
 Everything below the fronts raises these; the fronts turn them into
 `{"error": "..."}` bodies (HTTP) or status details (gRPC) with Triton's mapping.
+The gRPC status is kept by name (grpc.StatusCode's member) so that this module,
+which worker processes import, does not import grpc.
 """
 
 from __future__ import annotations
-
-import grpc
 
 
 class GatewayError(Exception):
     """A failure to report to the client as it is; the message names what went wrong."""
 
     http_status = 500
-    grpc_code = grpc.StatusCode.INTERNAL
+    grpc_status = "INTERNAL"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -24,42 +24,42 @@ class InvalidArgument(GatewayError):
     """The request is malformed or does not match the model (shape, datatype, size)."""
 
     http_status = 400
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class NotFound(GatewayError):
     """The model, version or endpoint does not exist."""
 
     http_status = 404
-    grpc_code = grpc.StatusCode.NOT_FOUND
+    grpc_status = "NOT_FOUND"
 
 
 class Unavailable(GatewayError):
     """The model exists but cannot serve now (not ready, queue full, shutting down)."""
 
     http_status = 503
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    grpc_status = "UNAVAILABLE"
 
 
 class PayloadTooLarge(GatewayError):
     """The request body is over the configured limit."""
 
     http_status = 413
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_status = "RESOURCE_EXHAUSTED"
 
 
 class PermissionDenied(GatewayError):
     """A management call without the admin token, or one the control mode forbids."""
 
     http_status = 403
-    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    grpc_status = "PERMISSION_DENIED"
 
 
 class Cancelled(GatewayError):
     """The client went away before its request ran; nobody reads this answer."""
 
     http_status = 499  # the de facto "client closed request" status
-    grpc_code = grpc.StatusCode.CANCELLED
+    grpc_status = "CANCELLED"
 
 
 class Internal(GatewayError):

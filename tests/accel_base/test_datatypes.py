@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.datatypes import (
+from accel_base.datatypes import (
     WIRE_DTYPES,
     datatype_of,
     deserialize_bytes,
@@ -11,7 +11,7 @@ from gateway.datatypes import (
     serialize_bytes,
     to_raw,
 )
-from gateway.errors import InvalidArgument
+from accel_base.errors import InvalidArgument
 
 
 @pytest.mark.parametrize("datatype", sorted(WIRE_DTYPES))
