@@ -6,7 +6,7 @@ anything is concatenated, so a mismatch is an error and never a wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -15,9 +15,23 @@ class BatchShapeError(ValueError):
     """Inputs or outputs whose shapes do not fit the batch they belong to."""
 
 
+# Given (name, shape, dtype) of every input of a batch, arrays to write the batch into
+# (a worker process's shared-memory arena, say).
+Allocator = Callable[[list[tuple[str, tuple[int, ...], np.dtype]]], dict[str, np.ndarray]]
+
+
 def merge_key(feed: dict[str, np.ndarray]) -> tuple:
     """Requests with equal keys can share a batch: same inputs, dtypes and trailing dims."""
     return tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(feed.items()))
+
+
+def _check_keys(feeds: Sequence[dict[str, np.ndarray]]) -> None:
+    key = merge_key(feeds[0])
+    for position, feed in enumerate(feeds[1:], start=1):
+        if merge_key(feed) != key:
+            raise BatchShapeError(
+                f"request {position} of the batch has inputs {merge_key(feed)}, the first has {key}"
+            )
 
 
 def merge(feeds: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -25,13 +39,30 @@ def merge(feeds: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     first = feeds[0]
     if len(feeds) == 1:
         return first
-    key = merge_key(first)
-    for position, feed in enumerate(feeds[1:], start=1):
-        if merge_key(feed) != key:
-            raise BatchShapeError(
-                f"request {position} of the batch has inputs {merge_key(feed)}, the first has {key}"
-            )
+    _check_keys(feeds)
     return {name: np.concatenate([feed[name] for feed in feeds]) for name in first}
+
+
+def merge_padded(
+    feeds: Sequence[dict[str, np.ndarray]], rows: int, target: int, allocate: Allocator | None
+) -> dict[str, np.ndarray]:
+    """merge() then pad() to `target` rows; with `allocate`, straight into its arrays, so
+    that each input row is copied once."""
+    if allocate is None:
+        return pad(merge(feeds), rows, target)
+    _check_keys(feeds)
+    first = feeds[0]
+    specs = [(name, (target, *array.shape[1:]), array.dtype) for name, array in first.items()]
+    merged = allocate(specs)
+    for name, out in merged.items():
+        start = 0
+        for feed in feeds:
+            count = feed[name].shape[0]
+            out[start : start + count] = feed[name]
+            start += count
+        if start < target:
+            out[start:] = b"" if out.dtype == np.object_ else 0
+    return merged
 
 
 def padded_size(rows: int, allowed: Sequence[int] | None) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 
@@ -45,11 +44,6 @@ class TensorSpec:
 
 
 class Backend(ABC):
-    # The file a version directory holds when the config names no default_model_filename.
-    default_filename: ClassVar[str]
-    # Whether run() accepts a batch that leaves out inputs the config marks `optional`.
-    optional_inputs: ClassVar[bool] = False
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         self.artifact = artifact
         self.config = config

@@ -153,8 +153,6 @@ def _spec(node: ort.NodeArg, model: str) -> TensorSpec:
 
 
 class OnnxRuntimeBackend(Backend):
-    default_filename = "model.onnx"
-    optional_inputs = True  # ONNX graphs may give an input a default (an initializer)
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)

@@ -102,7 +102,6 @@ def open_device(index: int, model: str) -> str:
 
 
 class OpenClBackend(BucketedBackend):
-    default_filename = "model.onnx"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)

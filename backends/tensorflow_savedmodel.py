@@ -86,7 +86,6 @@ def _spec(name: str, spec: tf.TensorSpec, model: str) -> TensorSpec:
 
 
 class SavedModelBackend(BucketedBackend):
-    default_filename = "model.savedmodel"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)

@@ -64,7 +64,6 @@ def _batch_limit(shape, ranges: dict) -> int | None:
 
 
 class TorchExportBackend(BucketedBackend):
-    default_filename = "model.pt2"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)

@@ -50,7 +50,6 @@ def positions(names: list[str], forward_args: list[str] | None = None) -> dict[s
 
 
 class TorchScriptBackend(Backend):
-    default_filename = "model.pt"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)

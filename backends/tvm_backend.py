@@ -112,7 +112,6 @@ def _log_progress(model: str):
 
 
 class TvmBackend(BucketedBackend):
-    default_filename = "model.onnx"
 
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from pathlib import Path
@@ -10,10 +11,18 @@ from typing import Any
 
 from accel_base.datatypes import v2_datatype
 from accel_base.proto import model_config_pb2 as mc
-from backends import Backend, BackendUnavailable, Device, backend_class
+from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
 from gateway.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
+from gateway.scheduling.execution import (
+    execution_mode,
+    gpu_capable,
+    spawn_worker,
+    worker_settings,
+)
+from gateway.scheduling.instances import usable_cores
+from gateway.scheduling.process_instance import ProcessInstance
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
@@ -40,7 +49,7 @@ def gpu_count() -> int:
     return min(count, present)
 
 
-def instance_devices(config: mc.ModelConfig, gpu_capable: bool) -> list[Device]:
+def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[Device]:
     """One Device per instance, following Triton's instance_group rules.
 
     KIND_AUTO (and no instance_group at all) means the GPUs when there are any and
@@ -52,7 +61,7 @@ def instance_devices(config: mc.ModelConfig, gpu_capable: bool) -> list[Device]:
         count = group.count or 1
         kind = group.kind
         if kind == mc.ModelInstanceGroup.KIND_AUTO:
-            use_gpu = gpu_capable and gpu_count() > 0
+            use_gpu = can_use_gpus and gpu_count() > 0
             kind = mc.ModelInstanceGroup.KIND_GPU if use_gpu else mc.ModelInstanceGroup.KIND_CPU
         if kind == mc.ModelInstanceGroup.KIND_GPU:
             available = gpu_count()
@@ -73,11 +82,9 @@ def instance_devices(config: mc.ModelConfig, gpu_capable: bool) -> list[Device]:
     return devices
 
 
-def artifact_path(
-    model_dir: Path, version: int, config: mc.ModelConfig, backend_type: type[Backend]
-) -> Path:
-    """`<model_dir>/<version>/<default_model_filename or the backend's default>`, checked."""
-    filename = config.default_model_filename or backend_type.default_filename
+def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
+    """`<model_dir>/<version>/<default_model_filename or the platform's default>`, checked."""
+    filename = config.default_model_filename or default
     artifact = model_dir / str(version) / filename
     if not artifact.exists():
         raise BackendUnavailable(f"model '{config.name}' version {version}: {artifact} is missing")
@@ -86,26 +93,20 @@ def artifact_path(
 
 class ModelVersion:
     def __init__(
-        self,
-        config: mc.ModelConfig,
-        version: int,
-        backends: list[Backend],
-        max_queue_size: int,
+        self, config: mc.ModelConfig, version: int, instances: list[Any], max_queue_size: int
     ) -> None:
         self.config = config
         self.name = config.name
         self.version = version
         self.stats = ModelStatistics(config.name, str(version))
-        self.pool = InstancePool(
-            [Instance(b, f"{config.name}-{version}-{i}") for i, b in enumerate(backends)]
-        )
+        self.pool = InstancePool(instances, config.name)
         rules = RequestRules.from_config(config)
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         self.scheduler: DirectScheduler | DynamicBatcher
         if config.HasField("dynamic_batching") and config.max_batch_size > 0:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
-                config.max_batch_size, max_queue_size, backends[0].allowed_batch_sizes(),
+                config.max_batch_size, max_queue_size, instances[0].allowed_batch_sizes,
             )  # fmt: skip
         else:
             self.scheduler = DirectScheduler(
@@ -118,28 +119,59 @@ class ModelVersion:
     ) -> ModelVersion:
         """Load every instance (blocking: call from a worker thread)."""
         config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
-        backend_type = backend_class(platform_of(config))
-        artifact = artifact_path(model_dir, version, config, backend_type)
+        platform = platform_of(config)
+        info = platform_info(platform)
+        artifact = artifact_path(model_dir, version, config, info.artifact)
         optional = [t.name for t in config.input if t.optional]
-        if optional and not backend_type.optional_inputs:
+        if optional and not info.optional_inputs:
             raise BackendUnavailable(
-                f"model '{config.name}': platform {platform_of(config)} needs every input, "
+                f"model '{config.name}': platform {platform} needs every input, "
                 f"but the config marks {', '.join(optional)} optional"
             )
-        backends: list[Backend] = []
+        settings = worker_settings(config)
+        single_core = usable_cores() == 1
+        devices = instance_devices(config, gpu_capable(config, platform, gpu_count()))
+        instances: list[Any] = []
         try:
-            for device in instance_devices(config, backend_type.gpu_capable()):
-                backends.append(backend_type(artifact, config, device))
-                if len(backends) == 1:
-                    complete_config(config, backends[0].inputs(), backends[0].outputs())
+            for index, device in enumerate(devices):
+                name = f"{config.name}-{version}-{index}"
+                if execution_mode(config, platform, device) == "process":
+                    spawn = functools.partial(
+                        spawn_worker, name, platform, artifact, config, device, settings,
+                        os.getpid(),
+                    )  # fmt: skip
+                    instance = ProcessInstance(name, config.name, spawn, settings, single_core)
+                    specs = instance.loaded.inputs, instance.loaded.outputs
+                else:
+                    backend = backend_class(platform)(artifact, config, device)
+                    instance = Instance(backend, name)
+                    specs = backend.inputs(), backend.outputs()
+                instances.append(instance)
+                if len(instances) == 1:
+                    complete_config(config, *specs)
         except BaseException:
-            for backend in backends:
-                backend.unload()
+            for instance in instances:
+                instance.close()
             raise
+        kinds = sorted({type(i).__name__ for i in instances})
         log.info(
-            "loaded model '%s' version %d (%d instance(s))", config.name, version, len(backends)
-        )
-        return cls(config, version, backends, max_queue_size)
+            "loaded model '%s' version %d (%d instance(s): %s)",
+            config.name, version, len(instances), ", ".join(kinds),
+        )  # fmt: skip
+        return cls(config, version, instances, max_queue_size)
+
+    def attach(self) -> None:
+        """Start watching worker processes (on the event loop, once loaded)."""
+        for instance in self.pool.instances:
+            instance.attach()
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why the model cannot run now (every instance's worker down), or None."""
+        reasons = [i.down_reason for i in self.pool.instances if i.down_reason]
+        if len(reasons) < len(self.pool.instances):
+            return None
+        return "; ".join(reasons)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.scheduler.infer(request)
@@ -169,4 +201,6 @@ class ModelVersion:
         """Stop the scheduler, then free the instances (on a worker thread)."""
         if isinstance(self.scheduler, DynamicBatcher):
             await self.scheduler.close()
+        for instance in self.pool.instances:
+            instance.detach()
         await asyncio.to_thread(self.pool.close)

@@ -139,10 +139,11 @@ class ModelRepository:
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.get(name, version)
+            model = self.get(name, version)
         except GatewayError:
             return False
-        return True
+        # Requests still queue while a worker restarts, but the model is not ready.
+        return model.unavailable_reason is None
 
     def ready_models(self) -> list[ModelVersion]:
         return [
@@ -164,15 +165,14 @@ class ModelRepository:
                     rows.append({"name": name, "version": "", "state": state, "reason": reason})
                 continue
             for version, state in sorted(entry.versions.items()):
-                if ready_only and state.state != "READY":
+                status, reason = state.state, state.reason
+                down = state.model.unavailable_reason if state.model is not None else None
+                if status == "READY" and down is not None:
+                    status, reason = "UNAVAILABLE", down
+                if ready_only and status != "READY":
                     continue
                 rows.append(
-                    {
-                        "name": name,
-                        "version": str(version),
-                        "state": state.state,
-                        "reason": state.reason,
-                    }
+                    {"name": name, "version": str(version), "state": status, "reason": reason}
                 )
         return rows
 
@@ -239,6 +239,7 @@ class ModelRepository:
                         previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
                     )
                 else:
+                    model.attach()
                     new[version] = VersionState("READY", model=model)
             entry.versions = new
             await self._close_versions(

@@ -10,7 +10,7 @@ import time
 
 from accel_base.errors import Cancelled, GatewayError, Unavailable
 from gateway.inference import InferRequest, InferResponse
-from gateway.scheduling.instances import InstancePool
+from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules, check_request

@@ -14,13 +14,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from accel_base import batch as batching
 from accel_base.errors import Cancelled, GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
-from gateway.scheduling.instances import Instance, InstancePool
 from gateway.scheduling.planner import BatchingRules, Send, plan
+from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.queue import Pending, RequestQueue
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
@@ -127,7 +128,13 @@ class DynamicBatcher:
 
     async def _drive(self) -> None:
         while True:
-            instance = await self.pool.acquire()
+            try:
+                instance = await self.pool.acquire()
+            except GatewayError as exc:  # no instance left (its worker stopped restarting)
+                self._fail_queued(exc)
+                self._arrival.clear()
+                await self._arrival.wait()
+                continue
             try:
                 send = await self._next_batch()
             except asyncio.CancelledError:
@@ -180,7 +187,7 @@ class DynamicBatcher:
                 )
             )
 
-    async def _execute(self, instance: Instance, send: Send) -> None:
+    async def _execute(self, instance: Any, send: Send) -> None:
         requests = [p for p in send.requests if not self._dropped(p)]
         dispatched = time.perf_counter_ns()
         try:
@@ -202,14 +209,15 @@ class DynamicBatcher:
         pending.future.set_exception(Cancelled("the client disconnected before the request ran"))
         return True
 
-    async def _run_batch(self, instance: Instance, requests: list[Pending], start: int) -> None:
+    async def _run_batch(self, instance: Any, requests: list[Pending], start: int) -> None:
         output_names = sorted({name for p in requests for name in p.output_names})
         row_counts = [p.rows for p in requests]
         rows = sum(row_counts)
         try:
-            merged = batching.merge([p.feed for p in requests])
             padded_rows = batching.padded_size(rows, self.allowed_batch_sizes)
-            merged = batching.pad(merged, rows, padded_rows)
+            merged = batching.merge_padded(
+                [p.feed for p in requests], rows, padded_rows, instance.allocator()
+            )
             outputs, infer_ns = await instance.run(merged, output_names)
             ran = time.perf_counter_ns()
             missing = [name for name in output_names if name not in outputs]
@@ -225,7 +233,7 @@ class DynamicBatcher:
                     pending.future.set_exception(error)
             return
         done = time.perf_counter_ns()
-        # Merging, padding and the hand-off to the instance's thread count as compute input.
+        # Merging, padding and the hand-off to the instance count as compute input.
         self.stats.record_execution(
             padded_rows, len(requests), (ran - start) - infer_ns, infer_ns, done - ran, rows=rows
         )

@@ -1,4 +1,7 @@
-"""Model instances: each backend object runs on a thread of its own.
+"""Thread instances: each backend object runs on a thread of the gateway's process.
+
+(Instances in worker processes are in process_instance.py; both offer the same
+`run`, `running`, `retired`, `down_reason`, `allocator`, `detach` and `close`.)
 
 A dedicated thread per instance keeps a backend single-threaded from its own
 point of view (no backend has to be thread-safe) while the event loop stays free.
@@ -14,10 +17,8 @@ may use one core only), and on its thread as soon as they grow longer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -49,6 +50,9 @@ class Instance:
         self.recent_run_ns: float | None = None  # moving average; None until the first run
         # The run on the thread, which goes on even if its caller is cancelled.
         self.running: asyncio.Future | None = None
+        # A thread instance never goes down on its own (see ProcessInstance).
+        self.retired = False
+        self.down_reason: str | None = None
 
     @property
     def runs_inline(self) -> bool:
@@ -79,59 +83,23 @@ class Instance:
         outputs = self.backend.run(inputs, output_names)
         return outputs, time.perf_counter_ns() - start
 
+    @property
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        return self.backend.allowed_batch_sizes()
+
+    def allocator(self) -> None:
+        """No staging area: a batch is merged into ordinary arrays (see ProcessInstance)."""
+        return None
+
+    def attach(self) -> None:
+        """Nothing to watch on the event loop (see ProcessInstance)."""
+
+    def detach(self) -> None:
+        """Nothing on the event loop to let go of before close()."""
+
     def close(self) -> None:
         """Unload the backend on its own thread (some frameworks insist), then stop the thread."""
         try:
             self._thread.submit(self.backend.unload).result()
         finally:
             self._thread.shutdown(wait=True)
-
-
-class InstancePool:
-    """Idle instances handed out first come, first served."""
-
-    def __init__(self, instances: list[Instance]) -> None:
-        if not instances:
-            raise ValueError("an instance pool needs at least one instance")
-        self.instances = instances
-        self._idle: deque[Instance] = deque(instances)
-        self._waiters: deque[asyncio.Future[Instance]] = deque()
-
-    async def acquire(self) -> Instance:
-        if self._idle and not self._waiters:
-            return self._idle.popleft()
-        waiter: asyncio.Future[Instance] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            # A waiter cancelled after it was handed an instance must pass it on.
-            if waiter.done() and not waiter.cancelled():
-                self.release(waiter.result())
-            else:
-                with contextlib.suppress(ValueError):  # release() may have dropped it already
-                    self._waiters.remove(waiter)
-            raise
-
-    def release(self, instance: Instance) -> None:
-        if instance.running is not None and not instance.running.done():
-            # Its caller was cancelled mid-run: the instance is free only when the run ends.
-            instance.running.add_done_callback(lambda _: self.release(instance))
-            return
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(instance)
-                return
-        self._idle.append(instance)
-
-    def close(self) -> None:
-        """Close every instance, even when one fails to unload; then raise the first error."""
-        errors: list[BaseException] = []
-        for instance in self.instances:
-            try:
-                instance.close()
-            except Exception as exc:  # a backend's unload may raise anything
-                errors.append(exc)
-        if errors:
-            raise errors[0]

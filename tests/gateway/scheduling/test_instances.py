@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from backends.base import Backend, TensorSpec
-from gateway.scheduling.instances import INLINE_BELOW_NS, Instance, InstancePool
+from gateway.scheduling.instances import INLINE_BELOW_NS, Instance
+from gateway.scheduling.pool import InstancePool
 
 
 class RecordingBackend(Backend):

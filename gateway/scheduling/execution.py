@@ -1,0 +1,133 @@
+"""Where a model's instances run, as its config says: threads of the gateway, or worker
+processes, and the settings of those workers.
+
+Config parameters (ModelConfig.parameters, string values as Triton has them):
+    execution               "process" or "thread"; the default is below
+    worker_run_timeout_s    a batch running longer means a hung worker: it is killed
+    worker_max_restarts     crashes in a row before a worker is no longer restarted
+
+Default: a thread for ONNX Runtime on the CPU, a worker process for everything else.
+ONNX Runtime keeps no process-wide state that models fight over and releases the GIL,
+and a thread saves the hand-off to another process on every batch (measured in
+benchmarks/workers.py); every framework with process-wide settings or allocators
+(PyTorch threads, TensorFlow, JAX, TVM's and tinygrad's pools) and every GPU instance
+gets a process of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
+from backends import backend_class
+from backends.base import Device
+from gateway.scheduling.process_instance import WorkerSettings
+from workers.client import LoadedModel, WorkerProcess
+from workers.environment import worker_environment
+
+log = logging.getLogger(__name__)
+
+EXECUTION_MODES = ("process", "thread")
+THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime"})
+
+
+def _parameter(config: mc.ModelConfig, key: str) -> str | None:
+    entry = config.parameters.get(key)
+    return entry.string_value.strip() if entry is not None else None
+
+
+def execution_mode(config: mc.ModelConfig, platform: str, device: Device) -> str:
+    chosen = _parameter(config, "execution")
+    if chosen is not None:
+        if chosen not in EXECUTION_MODES:
+            raise InvalidArgument(
+                f"model '{config.name}': parameter execution is '{chosen}', expected "
+                f"one of {', '.join(EXECUTION_MODES)}"
+            )
+        return chosen
+    if device.kind == "cpu" and platform in THREAD_BY_DEFAULT:
+        return "thread"
+    return "process"
+
+
+def _number(config: mc.ModelConfig, key: str, default: float, integer: bool) -> float:
+    text = _parameter(config, key)
+    if text is None:
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        value = -1
+    if value < 0 or (not integer and value == 0):
+        kind = "a non-negative integer" if integer else "a positive number of seconds"
+        raise InvalidArgument(
+            f"model '{config.name}': parameter {key} must be {kind}, not {text!r}"
+        )
+    return value
+
+
+def worker_settings(config: mc.ModelConfig) -> WorkerSettings:
+    defaults = WorkerSettings()
+    return WorkerSettings(
+        run_timeout_s=_number(config, "worker_run_timeout_s", defaults.run_timeout_s, False),
+        max_restarts=int(_number(config, "worker_max_restarts", defaults.max_restarts, True)),
+    )
+
+
+def spawn_worker(
+    name: str,
+    platform: str,
+    artifact: Path,
+    config: mc.ModelConfig,
+    device: Device,
+    settings: WorkerSettings,
+    parent_pid: int,
+) -> tuple[WorkerProcess, LoadedModel]:
+    """Start a worker and load the model into it (blocking)."""
+    env, worker_device = worker_environment(config, device, parent_pid)
+    worker = WorkerProcess(name, env)
+    try:
+        return worker, worker.load(
+            platform, artifact, config, worker_device, settings.load_timeout_s
+        )
+    except BaseException:
+        worker.kill()
+        worker.close()
+        raise
+
+
+def gpu_capable(config: mc.ModelConfig, platform: str, gpus: int) -> bool:
+    """Whether the platform's framework, as installed, can use this machine's GPUs.
+
+    Asked without importing the framework into the gateway where its instances will
+    run in workers (JAX, for one, takes most of a GPU's memory when it first looks).
+    """
+    if gpus == 0:
+        return False
+    if _parameter(config, "execution") != "process" and platform in THREAD_BY_DEFAULT:
+        return backend_class(platform).gpu_capable()
+    return _probe_gpu(platform)
+
+
+@functools.cache
+def _probe_gpu(platform: str) -> bool:
+    env, _ = worker_environment(mc.ModelConfig(), Device("gpu", 0), os.getpid())
+    env.pop("CUDA_VISIBLE_DEVICES")  # the probe may look at every GPU
+    code = (
+        "import sys; from backends import backend_class as b; print(b(sys.argv[1]).gpu_capable())"
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", code, platform], env=env, capture_output=True, text=True,
+            timeout=300, check=True,
+        )  # fmt: skip
+    except (subprocess.SubprocessError, OSError) as exc:
+        log.warning("could not tell whether %s can use the GPUs (%s); using the CPU", platform, exc)
+        return False
+    return result.stdout.strip().endswith("True")

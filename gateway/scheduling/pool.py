@@ -1,0 +1,89 @@
+"""The idle instances of one model version, handed out first come, first served.
+
+An instance is busy while its `running` future is not done: a run whose caller was
+cancelled, or a worker process that is restarting. It comes back to the pool when
+that future ends; an instance that has `retired` (its worker stopped restarting)
+never does, and once every instance has, callers get a 503 instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Any
+
+from accel_base.errors import Unavailable
+
+
+class InstancePool:
+    """Idle instances handed out first come, first served."""
+
+    def __init__(self, instances: list[Any], model: str = "") -> None:
+        if not instances:
+            raise ValueError("an instance pool needs at least one instance")
+        self.instances = instances
+        self.model = model
+        self._idle: deque[Any] = deque(instances)
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def _retired_error(self) -> Unavailable:
+        reasons = "; ".join(i.down_reason for i in self.instances if i.down_reason)
+        return Unavailable(f"model '{self.model}' has no instance left to run it: {reasons}")
+
+    async def acquire(self) -> Any:
+        while self._idle and not self._waiters:
+            instance = self._idle.popleft()
+            if self._usable(instance):
+                return instance
+        if all(i.retired for i in self.instances):
+            raise self._retired_error()
+        waiter: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            # A waiter cancelled after it was handed an instance must pass it on.
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())
+            else:
+                with contextlib.suppress(ValueError):  # release() may have dropped it already
+                    self._waiters.remove(waiter)
+            raise
+
+    def _usable(self, instance: Any) -> bool:
+        """Whether an instance can run now; if it is busy, it comes back when it is not."""
+        if instance.retired:
+            if all(i.retired for i in self.instances):
+                error = self._retired_error()
+                while self._waiters:
+                    waiter = self._waiters.popleft()
+                    if not waiter.done():
+                        waiter.set_exception(error)
+            return False
+        if instance.running is not None and not instance.running.done():
+            # A cancelled caller's run, or a restart: free only when that ends.
+            instance.running.add_done_callback(lambda _: self.release(instance))
+            return False
+        return True
+
+    def release(self, instance: Any) -> None:
+        if not self._usable(instance):
+            return
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(instance)
+                return
+        self._idle.append(instance)
+
+    def close(self) -> None:
+        """Close every instance, even when one fails to unload; then raise the first error."""
+        errors: list[BaseException] = []
+        for instance in self.instances:
+            try:
+                instance.close()
+            except Exception as exc:  # a backend's unload may raise anything
+                errors.append(exc)
+        if errors:
+            raise errors[0]

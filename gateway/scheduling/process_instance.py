@@ -1,0 +1,241 @@
+"""Process instances: a model instance whose backend runs in a worker process.
+
+The batch goes to the worker through shared memory (workers.client); the event loop
+either waits for the reply right there, for runs short enough that a round trip
+through the loop would cost more than it saves (the same rule as a thread instance's
+inline runs), or goes on serving and takes the reply when the socket is readable.
+
+When the worker dies (a crash, `kill -9`, out of memory) or hangs past the run
+timeout (it is killed then), only the batch it was running fails. The instance stays
+out of the pool while a new worker starts, after a backoff that doubles with each
+crash in a row; after `max_restarts` crashes in a row it retires for good, with the
+reason, and the model answers 503 until it is loaded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from accel_base import errors
+from accel_base.batch import Allocator
+from gateway.scheduling.instances import INLINE_BELOW_NS, INLINE_BELOW_NS_SINGLE_CORE
+from workers.client import LoadedModel, WorkerError, WorkerGone, WorkerProcess
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    run_timeout_s: float = 120.0  # a batch that takes longer is a hung worker
+    max_restarts: int = 5  # crashes in a row (no successful batch between) before giving up
+    load_timeout_s: float = 600.0  # compiling backends (TVM, torch.compile) load slowly
+    first_backoff_s: float = 0.1
+
+
+def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:
+    """A failure the worker reported, with the class it had there when it is one of ours."""
+    cls = getattr(errors, exc.kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.GatewayError):
+        return cls(exc.message)
+    return errors.Internal(f"model '{model}' failed to run: {exc.kind}: {exc.message}")
+
+
+class ProcessInstance:
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        spawn: Callable[[], tuple[WorkerProcess, LoadedModel]],
+        settings: WorkerSettings,
+        single_core: bool,
+    ) -> None:
+        """Start the worker and load the model (blocking: call from a worker thread)."""
+        self.name = name
+        self.model = model
+        self._spawn = spawn
+        self.settings = settings
+        self._inline_limit_ns = INLINE_BELOW_NS_SINGLE_CORE if single_core else INLINE_BELOW_NS
+        self.worker: WorkerProcess | None
+        self.worker, self.loaded = spawn()
+        self.recent_run_ns: float | None = None
+        # Not done while a run goes on or a new worker starts (the pool waits for it).
+        self.running: asyncio.Future | None = None
+        self.retired = False
+        self.down_reason: str | None = None  # why the instance cannot run now
+        self.crashes = 0  # in a row, without a successful batch between
+        self._reply: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._kill_reason: str | None = None
+        self._closed = False
+
+    # ---- running a batch -------------------------------------------------------------
+
+    @property
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        return self.loaded.allowed_batch_sizes
+
+    def allocator(self) -> Allocator | None:
+        """Arrays in the worker's input arena, for the batcher to merge a batch into."""
+        return self.worker.stage if self.worker is not None else None
+
+    async def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """The outputs (views into shared memory, valid while referenced) and run ns."""
+        worker = self.worker
+        if worker is None:
+            raise errors.Unavailable(f"model '{self.model}': {self.down_reason}")
+        loop = asyncio.get_running_loop()
+        self._watch(loop, worker)
+        try:
+            worker.send_run(inputs, output_names)
+        except OSError:  # the worker died since its last batch; its reader will see it
+            raise errors.Unavailable(
+                f"model '{self.model}': the worker process of instance {self.name} is gone; "
+                "it is restarting, retry shortly"
+            ) from None
+        recent = self.recent_run_ns
+        # Short runs: wait here (bounded), as a thread instance runs them inline.
+        short = recent is not None and recent < self._inline_limit_ns
+        if short and worker.wait_readable(max(4 * recent, 1_000_000) / 1e9):  # type: ignore[operator]
+            try:
+                return self._ran(worker.take_reply())
+            except WorkerError as exc:
+                raise _as_gateway_error(self.model, exc) from None
+            except WorkerGone:
+                pass  # the reader callback sees the end of the socket too
+        self._reply = reply = loop.create_future()
+        self.running = reply
+        timer = loop.call_later(self.settings.run_timeout_s, self._timed_out, worker)
+        try:
+            # shield: a cancelled caller must not lose track of a batch still running.
+            return self._ran(await asyncio.shield(reply))
+        finally:
+            timer.cancel()
+
+    def _ran(self, result: tuple[dict[str, np.ndarray], int]) -> tuple[dict[str, np.ndarray], int]:
+        run_ns = result[1]
+        previous = self.recent_run_ns
+        self.recent_run_ns = run_ns if previous is None else 0.8 * previous + 0.2 * run_ns
+        self.crashes = 0
+        return result
+
+    def attach(self) -> None:
+        """Watch the worker's socket from now on (on the event loop), so that a worker that
+        dies between batches is noticed and restarted at once."""
+        if self.worker is not None:
+            self._watch(asyncio.get_running_loop(), self.worker)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, worker: WorkerProcess) -> None:
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(worker.fileno(), self._readable, worker)
+
+    def _readable(self, worker: WorkerProcess) -> None:
+        reply, self._reply = self._reply, None
+        try:
+            result = worker.take_reply()
+        except WorkerGone:
+            self._reply = reply
+            self._worker_ended(worker)
+            return
+        except WorkerError as exc:
+            if reply is not None and not reply.done():
+                reply.set_exception(_as_gateway_error(self.model, exc))
+            return
+        if reply is not None and not reply.done():
+            reply.set_result(result)
+
+    def _timed_out(self, worker: WorkerProcess) -> None:
+        if self.worker is worker and self._reply is not None:
+            self._kill_reason = (
+                f"did not finish a batch within the run timeout ({self.settings.run_timeout_s:g}"
+                " s, parameter worker_run_timeout_s) and was killed"
+            )
+            worker.kill()  # its socket closes: _readable sees it
+
+    # ---- death and restart -----------------------------------------------------------
+
+    def _worker_ended(self, worker: WorkerProcess) -> None:
+        assert self._loop is not None
+        self._loop.remove_reader(worker.fileno())
+        self._loop = None
+        self.worker = None
+        self.down_reason = f"the worker process of instance {self.name} died; restarting"
+        reply, self._reply = self._reply, None
+        self.running = asyncio.ensure_future(self._recover(worker, reply))
+
+    async def _recover(self, worker: WorkerProcess, reply: asyncio.Future | None) -> None:
+        reason, self._kill_reason = self._kill_reason, None
+        if reason is None:
+            reason = await asyncio.to_thread(worker.exit_description)
+        await asyncio.to_thread(worker.close)
+        message = f"the worker process of instance {self.name} {reason}"
+        log.error("model '%s': %s", self.model, message)
+        if reply is not None and not reply.done():
+            reply.set_exception(
+                errors.Internal(f"model '{self.model}' failed to run this batch: {message}")
+            )
+        self.crashes += 1
+        while not self._closed:
+            if self.crashes > self.settings.max_restarts:
+                self.retired = True
+                self.down_reason = (
+                    f"{message}; it crashed {self.crashes} times in a row and is not restarted "
+                    "(load the model again to retry)"
+                )
+                log.error("model '%s': %s", self.model, self.down_reason)
+                return
+            delay = min(self.settings.first_backoff_s * 2 ** (self.crashes - 1), MAX_BACKOFF_S)
+            self.down_reason = (
+                f"{message}; restarting in {delay:g} s "
+                f"(restart {self.crashes} of at most {self.settings.max_restarts})"
+            )
+            await asyncio.sleep(delay)
+            try:
+                self.worker, self.loaded = await asyncio.to_thread(self._spawn_unless_closed)
+            except Exception as exc:  # a failed start counts as one more crash
+                message = f"the worker process of instance {self.name} failed to restart: {exc}"
+                log.error("model '%s': %s", self.model, message)
+                self.crashes += 1
+                continue
+            self.down_reason = None
+            self.attach()
+            log.info("model '%s': instance %s has a new worker process", self.model, self.name)
+            return
+
+    def _spawn_unless_closed(self) -> tuple[WorkerProcess, LoadedModel]:
+        # Runs on a thread that goes on even if the restart is cancelled by an unload:
+        # a worker started for a closed instance is stopped right here, never orphaned.
+        worker, loaded = self._spawn()
+        if self._closed:
+            worker.unload(timeout_s=30.0)
+            raise RuntimeError("the instance was closed while its worker started")
+        return worker, loaded
+
+    # ---- the end ---------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Stop watching the worker's socket (on the event loop, before close())."""
+        self._closed = True
+        if self._loop is not None and self.worker is not None:
+            self._loop.remove_reader(self.worker.fileno())
+            self._loop = None
+        if self.running is not None and isinstance(self.running, asyncio.Task):
+            self.running.cancel()
+
+    def close(self) -> None:
+        """Unload the model and stop the worker (blocking)."""
+        self._closed = True
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            with contextlib.suppress(Exception):  # a dying worker is killed regardless
+                worker.unload(timeout_s=30.0)

@@ -1,0 +1,144 @@
+"""A worker process: loads one backend and runs the batches the gateway sends it.
+
+    python -m workers.main <socket fd> <instance name>
+
+The instance name is only there so that `ps` shows which model a worker serves.
+The worker exits when the gateway says so, when its socket closes, or when the
+gateway process is gone (a watchdog notices a new parent), so a crashed gateway
+leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from accel_base.errors import GatewayError
+from accel_base.proto import model_config_pb2 as mc
+from backends import Backend, Device, backend_class
+from workers import protocol
+from workers.arena import Arena, grown_size
+
+log = logging.getLogger("accel_gateway.worker")
+MAX_ERROR_CHARS = 8192  # a reply must fit in one run message
+
+
+def _failure(exc: BaseException) -> tuple:
+    """An exception as a reply: GatewayErrors keep their class (and so their status)."""
+    message = exc.message if isinstance(exc, GatewayError) else str(exc)
+    return ("failed", type(exc).__name__, message[:MAX_ERROR_CHARS])
+
+
+class Worker:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.backend: Backend | None = None
+        self.inputs: Arena | None = None  # the gateway's, mapped here
+        self.outputs = Arena(grown_size(0), name="accel-gateway-outputs")
+
+    def serve(self) -> None:
+        limit = protocol.MAX_MESSAGE_BYTES  # the first message, the load, carries the config
+        while True:
+            try:
+                message, fds = protocol.receive(self.sock, limit)
+                limit = protocol.RUN_MESSAGE_BYTES
+            except EOFError:
+                return  # the gateway is gone or closed the instance
+            kind = message[0]
+            if kind == "run":
+                self._run(message, fds)
+            elif kind == "load":
+                self._load(message)
+            elif kind == "unload":
+                self._unload()
+                return
+            else:
+                protocol.send(self.sock, ("failed", "Internal", f"unknown message {kind!r}"))
+
+    def _load(self, message: tuple) -> None:
+        _, platform, artifact, config_bytes, device_kind, device_index = message
+        try:
+            config = mc.ModelConfig.FromString(config_bytes)
+            backend_type = backend_class(platform)
+            self.backend = backend_type(Path(artifact), config, Device(device_kind, device_index))
+            specs = [
+                [(t.name, t.datatype, tuple(t.shape)) for t in tensors]
+                for tensors in (self.backend.inputs(), self.backend.outputs())
+            ]
+            allowed = self.backend.allowed_batch_sizes()
+            memory = self.backend.memory_bytes()
+            reply = ("loaded", specs[0], specs[1], allowed, memory, self.outputs.size)
+        except Exception as exc:  # the reason goes to the gateway's repository index
+            protocol.send(self.sock, _failure(exc))
+            return
+        protocol.send(self.sock, reply, (self.outputs.fd,))
+
+    def _run(self, message: tuple, fds: list[int]) -> None:
+        _, descriptors, output_names, start, limit, input_size = message
+        if fds:  # the gateway grew its input arena
+            if self.inputs is not None:
+                self.inputs.close()
+            self.inputs = Arena(input_size, fd=fds[0])
+        try:
+            if self.backend is None or self.inputs is None:
+                raise RuntimeError("the worker has no model loaded")
+            inputs = protocol.read_tensors(self.inputs.buffer, descriptors)
+            began = time.perf_counter_ns()
+            outputs = self.backend.run(inputs, output_names)
+            run_ns = time.perf_counter_ns() - began
+            del inputs  # no view of the input arena outlives the run
+            placed = protocol.write_tensors(self.outputs.buffer, outputs, start, limit)
+            new_fd: tuple[int, ...] = ()
+            if isinstance(placed, int):  # no room left in the window: a bigger arena
+                self.outputs.close()
+                self.outputs = Arena(grown_size(placed, self.outputs.size), name="accel-gateway")
+                placed = protocol.write_tensors(self.outputs.buffer, outputs, 0, self.outputs.size)
+                assert not isinstance(placed, int)
+                new_fd = (self.outputs.fd,)
+            reply: tuple = ("ran", placed[0], run_ns, self.outputs.size)
+        except Exception as exc:  # the backend's failure fails this batch only
+            reply, new_fd = _failure(exc), ()
+        protocol.send(self.sock, reply, new_fd)
+
+    def _unload(self) -> None:
+        try:
+            if self.backend is not None:
+                self.backend.unload()
+            reply: tuple = ("unloaded",)
+        except Exception as exc:
+            reply = _failure(exc)
+        self.backend = None
+        protocol.send(self.sock, reply)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Exit as soon as the gateway process is gone, even in the middle of a long run."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    fd, name = int(argv[1]), argv[2]
+    # Ctrl-C reaches the whole process group; the gateway decides when workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s worker {name} %(levelname)s %(message)s"
+    )
+    _exit_with_parent(int(os.environ.get("ACCEL_GATEWAY_PARENT_PID", os.getppid())))
+    Worker(socket.socket(fileno=fd)).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

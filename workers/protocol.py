@@ -1,0 +1,128 @@
+"""What crosses the socket between the gateway and a worker, and how tensors sit in an arena.
+
+Messages are small marshal'd tuples on a SOCK_SEQPACKET socketpair (one send is one
+message, so no framing); a message may carry file descriptors (a new arena). Tensors
+never cross the socket: a descriptor (name, dtype, shape, offset, nbytes) points into
+an arena. BYTES tensors sit in the arena in the V2 wire form (4-byte little-endian
+length before each element), every other datatype as its raw little-endian array.
+
+Requests, gateway -> worker:
+    ("load", platform, artifact, config bytes, device kind, device index)
+    ("run", input descriptors, output names, output start, output limit, input arena size)
+        the input arena's descriptor travels with the first run that uses a new arena
+    ("unload",)
+Replies, worker -> gateway:
+    ("loaded", inputs, outputs, allowed batch sizes or None, memory bytes, output arena size)
+        with the output arena's descriptor
+    ("ran", output descriptors, run ns, output arena size)
+        the output arena's descriptor travels with the first reply that uses a new arena
+    ("failed", error class name, message)
+    ("unloaded",)
+"""
+
+from __future__ import annotations
+
+import array
+import marshal
+import socket
+from typing import Any
+
+import numpy as np
+
+from accel_base.datatypes import deserialize_bytes, element_count, serialize_bytes
+from workers.arena import aligned
+
+# The load message carries the model config, which may be large; every later message is
+# small. Receiving allocates a buffer of the size asked for, which costs tens of
+# microseconds at 1 MiB, so only the worker's first receive asks for that much.
+MAX_MESSAGE_BYTES = 1 << 20
+RUN_MESSAGE_BYTES = 1 << 16
+BYTES = "BYTES"  # the dtype field of a BYTES tensor's descriptor
+
+Descriptor = tuple[str, str, tuple[int, ...], int, int]  # name, dtype, shape, offset, nbytes
+
+
+def socket_pair() -> tuple[socket.socket, socket.socket]:
+    """The (gateway end, worker end) of a new instance's socket."""
+    ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for end in ends:
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_MESSAGE_BYTES)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2 * MAX_MESSAGE_BYTES)
+    return ends  # type: ignore[return-value]
+
+
+def send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None:
+    data = marshal.dumps(message)
+    limit = MAX_MESSAGE_BYTES if message[0] == "load" else RUN_MESSAGE_BYTES
+    if len(data) > limit:
+        raise ValueError(f"a {message[0]!r} message of {len(data)} bytes is over {limit}")
+    if fds:
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        sock.sendmsg([data], ancillary)
+    else:
+        sock.send(data)
+
+
+def receive(sock: socket.socket, limit: int = RUN_MESSAGE_BYTES) -> tuple[tuple, list[int]]:
+    """The next message and the descriptors it carried; EOFError when the other side is gone."""
+    data, fds, flags, _ = socket.recv_fds(sock, limit, 4)
+    if not data:
+        for fd in fds:
+            socket.close(fd)
+        raise EOFError("the other end of the worker socket closed")
+    if flags & socket.MSG_TRUNC:
+        raise ValueError("a worker message was truncated")
+    return marshal.loads(data), fds
+
+
+# ---- tensors in an arena --------------------------------------------------------------
+
+
+def _payload(array_: np.ndarray) -> tuple[str, bytes | np.ndarray]:
+    if array_.dtype == np.object_:
+        return BYTES, serialize_bytes(array_)
+    return array_.dtype.str, np.ascontiguousarray(array_)
+
+
+def write_tensors(
+    buffer: Any, arrays: dict[str, np.ndarray], start: int, limit: int
+) -> tuple[list[Descriptor], int] | int:
+    """Copy `arrays` into buffer[start:limit]; the descriptors and the end offset, or the
+    number of bytes needed from `start` when they do not fit."""
+    payloads = {name: _payload(a) for name, a in arrays.items()}
+    offset = aligned(start)
+    placed: list[tuple[str, str, tuple[int, ...], int, bytes | np.ndarray]] = []
+    for name, (dtype, data) in payloads.items():
+        placed.append((name, dtype, arrays[name].shape, offset, data))
+        offset = aligned(offset + (len(data) if isinstance(data, bytes) else data.nbytes))
+    if offset > limit:
+        return offset - start
+    descriptors: list[Descriptor] = []
+    for name, dtype, shape, at, data in placed:
+        if isinstance(data, bytes):
+            nbytes = len(data)
+            buffer[at : at + nbytes] = data
+        else:
+            nbytes = data.nbytes
+            target = np.frombuffer(buffer, dtype=data.dtype, count=data.size, offset=at)
+            target[...] = data.reshape(-1)
+        descriptors.append((name, dtype, tuple(shape), at, nbytes))
+    return descriptors, offset
+
+
+def read_tensors(buffer: Any, descriptors: list[Descriptor]) -> dict[str, np.ndarray]:
+    """Arrays for the descriptors: views into `buffer` (BYTES are parsed into objects)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, nbytes in descriptors:
+        if dtype == BYTES:
+            view = memoryview(buffer)[offset : offset + nbytes]
+            arrays[name] = deserialize_bytes(view, element_count(shape), name).reshape(shape)
+        else:
+            kind = np.dtype(dtype)
+            if nbytes == 0:  # frombuffer refuses an offset at the very end of the buffer
+                arrays[name] = np.empty(shape, kind)
+                continue
+            arrays[name] = np.frombuffer(buffer, kind, nbytes // kind.itemsize, offset).reshape(
+                shape
+            )
+    return arrays
