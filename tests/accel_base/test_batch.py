@@ -3,7 +3,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accel_base.batch import BatchShapeError, merge, merge_key, pad, padded_size, split
+from accel_base.batch import (
+    BatchShapeError,
+    merge,
+    merge_key,
+    merge_padded,
+    pad,
+    padded_size,
+    split,
+)
 
 
 def feed(rows: int, width: int = 3, dtype=np.float32, start: int = 0) -> dict[str, np.ndarray]:
@@ -47,3 +55,25 @@ def test_padding_and_split_drop_padding_rows():
 def test_split_checks_the_backend_returned_one_row_per_input_row():
     with pytest.raises(BatchShapeError, match="output 'y' has shape \\[3\\], but the batch had 4"):
         split({"y": np.zeros(3)}, [2, 2], 4)
+
+
+def test_merge_padded_writes_rows_and_padding_into_allocated_arrays():
+    feeds = [
+        {"x": np.arange(4, dtype=np.float32).reshape(2, 2), "s": np.array([b"a", b"b"], object)},
+        {"x": np.ones((1, 2), np.float32), "s": np.array([b"c"], object)},
+    ]
+    given = {}
+
+    def allocate(specs):
+        for name, shape, dtype in specs:
+            given[name] = np.full(shape, 7, dtype=dtype)
+        return given
+
+    merged = merge_padded(feeds, 3, 4, allocate)
+    assert merged["x"] is given["x"]
+    np.testing.assert_array_equal(merged["x"], [[0, 1], [2, 3], [1, 1], [0, 0]])
+    assert list(merged["s"]) == [b"a", b"b", b"c", b""]
+    # Without an allocator: the same rows through merge() and pad().
+    np.testing.assert_array_equal(merge_padded(feeds, 3, 4, None)["x"], merged["x"])
+    with pytest.raises(BatchShapeError):
+        merge_padded([feeds[0], {"x": np.ones((1, 3), np.float32)}], 3, 3, allocate)

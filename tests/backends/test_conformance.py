@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from backends import Backend, BackendUnavailable, Device, backend_class
+from backends import Backend, BackendUnavailable, Device, backend_class, platform_info
 from gateway.model import artifact_path, gpu_count
 from gateway.model_config import platform_of, read_config
 from models.digits import held_out
@@ -64,8 +64,9 @@ def case_params() -> list:
 def load_backend(model_dir: Path, device: Device = CPU) -> Backend:
     """Version 1 of the model, loaded the way the gateway loads it (config included)."""
     config = read_config(model_dir)
-    backend_type = backend_class(platform_of(config))
-    return backend_type(artifact_path(model_dir, 1, config, backend_type), config, device)
+    platform = platform_of(config)
+    artifact = artifact_path(model_dir, 1, config, platform_info(platform).artifact)
+    return backend_class(platform)(artifact, config, device)
 
 
 DEVICES = [Device("cpu")] + ([Device("gpu", 0)] if gpu_count() else [])

@@ -21,8 +21,6 @@ from gateway.validation import RequestRules
 class DoublingBackend(Backend):
     """y = 2x; remembers every batch it ran; fails on negative input; may be slow."""
 
-    default_filename = "none"
-
     def __init__(self, sleep_s: float = 0.0, allowed=None) -> None:
         self.sleep_s = sleep_s
         self.allowed = allowed

@@ -14,8 +14,6 @@ from gateway.scheduling.pool import InstancePool
 class RecordingBackend(Backend):
     """Records the thread each run happens on; sleeps to simulate a slow model."""
 
-    default_filename = "none"
-
     def __init__(self, inline: bool, sleep_s: float = 0.0) -> None:
         self.inline = inline
         self.sleep_s = sleep_s

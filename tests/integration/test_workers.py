@@ -1,0 +1,241 @@
+"""Model instances in worker processes, through a real gateway and the unmodified tritonclient:
+the same answers as threads, crash and hang recovery, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from test_tritonclient import IDENTITY_DATA
+from tritonclient.utils import InferenceServerException
+
+from models.digits import held_out
+
+
+def in_processes(repository: Path, *names: str, **parameters: str) -> Path:
+    """Give the named models of a repository copy worker-process instances."""
+    settings = {"execution": "process", **parameters}
+    lines = "".join(
+        f'\nparameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+        for key, value in settings.items()
+    )
+    for name in names:
+        with open(repository / name / "config.pbtxt", "a") as config:
+            config.write(lines + "\n")
+    return repository
+
+
+def workers_of(server) -> dict[str, int]:
+    """Instance name -> pid of the server's worker processes."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == server.process.pid and b"workers.main" in argv:
+            found[argv[-2].decode()] = int(entry.name)
+    return found
+
+
+def wait_for(condition, timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def simple_request():
+    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    return inputs
+
+
+def index_row(client, name: str) -> dict:
+    return next(row for row in client.get_model_repository_index() if row["name"] == name)
+
+
+@pytest.fixture
+def process_server(repository_copy, server_factory):
+    def start(*names: str, args: tuple[str, ...] = (), **parameters: str):
+        repository = in_processes(repository_copy(*names), *names, **parameters)
+        return server_factory(repository, *args)
+
+    return start
+
+
+IDENTITIES = [f"identity_{datatype.lower()}" for datatype in IDENTITY_DATA]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_every_datatype_and_digits_same_as_threads(process_server, gateway, protocol):
+    server = process_server("digits", *IDENTITIES)
+    assert set(workers_of(server)) == {f"{m}-1-0" for m in ("digits", *IDENTITIES)}
+    mod = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    thread_url = gateway.http_url if protocol == "http" else gateway.grpc_url
+    process, thread = mod.InferenceServerClient(url), mod.InferenceServerClient(thread_url)
+    for datatype, data in IDENTITY_DATA.items():
+        batch = np.repeat(data, 3, axis=0)
+        tensor = mod.InferInput("INPUT0", list(batch.shape), datatype)
+        tensor.set_data_from_numpy(batch)
+        model = f"identity_{datatype.lower()}"
+        out = process.infer(model, [tensor]).as_numpy("OUTPUT0")
+        reference = thread.infer(model, [tensor]).as_numpy("OUTPUT0")
+        assert out.dtype == reference.dtype, datatype
+        if datatype == "BYTES":
+            assert out.tolist() == reference.tolist() == batch.tolist()
+        else:  # bit for bit, NaN included
+            assert out.tobytes() == reference.tobytes() == batch.tobytes(), datatype
+    images, _ = held_out()
+    tensor = mod.InferInput("pixels", list(images[:64].shape), "FP32")
+    tensor.set_data_from_numpy(images[:64])
+    out = process.infer("digits", [tensor]).as_numpy("probabilities")
+    np.testing.assert_array_equal(out, thread.infer("digits", [tensor]).as_numpy("probabilities"))
+
+
+def test_kill_9_fails_at_most_the_batch_in_flight(process_server):
+    server = process_server("mlp", "simple")
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=1)
+    features = np.random.default_rng(0).random((1, 784), dtype=np.float32)
+    results: dict[str, list[tuple[float, bool]]] = {"mlp": [], "simple": []}
+    stop = threading.Event()
+
+    def load(model: str) -> None:
+        own = httpclient.InferenceServerClient(server.http_url)
+        while not stop.is_set():
+            if model == "mlp":
+                tensor = httpclient.InferInput("INPUT0", [1, 784], "FP32")
+                tensor.set_data_from_numpy(features)
+                inputs = [tensor]
+            else:
+                inputs = simple_request()
+            try:
+                own.infer(model, inputs)
+                results[model].append((time.monotonic(), True))
+            except InferenceServerException:
+                results[model].append((time.monotonic(), False))
+        own.close()
+
+    clients = 8  # mlp's batches hold at most this many requests
+    threads = [threading.Thread(target=load, args=("mlp",)) for _ in range(clients)]
+    threads += [threading.Thread(target=load, args=("simple",)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    old_pid = workers_of(server)["mlp-1-0"]
+    killed_at = time.monotonic()
+    os.kill(old_pid, signal.SIGKILL)
+    wait_for(lambda: workers_of(server).get("mlp-1-0", old_pid) != old_pid, what="a new worker")
+    wait_for(lambda: client.is_model_ready("mlp"), what="mlp READY again")
+    time.sleep(1.0)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    mlp_failed = sum(not ok for _, ok in results["mlp"])
+    assert 1 <= mlp_failed <= clients, results["mlp"][-20:]
+    assert sum(ok for at, ok in results["mlp"] if at > killed_at + 0.5) > 10
+    assert all(ok for _, ok in results["simple"]), "the other model saw failures"
+    assert len(results["simple"]) > 20
+    assert "was killed by signal SIGKILL" in server.log()
+
+
+def test_a_hung_worker_is_killed_after_the_run_timeout(process_server):
+    server = process_server("simple", worker_run_timeout_s="1")
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.infer("simple", simple_request())
+    pid = workers_of(server)["simple-1-0"]
+    os.kill(pid, signal.SIGSTOP)  # a worker that never answers
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException, match="run timeout") as failure:
+        client.infer("simple", simple_request())
+    assert 0.9 < time.monotonic() - started < 10
+    assert failure.value.status() == "500"  # the backend's own failure, not the client's
+    wait_for(lambda: client.is_model_ready("simple"), what="simple READY again")
+    assert workers_of(server)["simple-1-0"] != pid
+    np.testing.assert_array_equal(
+        client.infer("simple", simple_request()).as_numpy("OUTPUT0"),
+        2 * np.arange(16, dtype=np.int32).reshape(1, 16),
+    )
+
+
+def test_repeated_crashes_stop_restarting_until_loaded_again(process_server):
+    server = process_server(
+        "simple",
+        args=("--model-control-mode", "explicit", "--load-model", "*"),
+        worker_max_restarts="1",
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    first = workers_of(server)["simple-1-0"]
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: workers_of(server).get("simple-1-0", first) != first, what="a restart")
+    wait_for(lambda: client.is_model_ready("simple"), what="simple READY")
+    os.kill(workers_of(server)["simple-1-0"], signal.SIGKILL)  # a second crash in a row
+    wait_for(lambda: "not restarted" in index_row(client, "simple")["reason"], what="retiring")
+    row = index_row(client, "simple")
+    assert row["state"] == "UNAVAILABLE"
+    assert "crashed 2 times in a row" in row["reason"]
+    assert not client.is_model_ready("simple")
+    with pytest.raises(InferenceServerException, match="no instance left") as failure:
+        client.infer("simple", simple_request())
+    assert failure.value.status() == "503"
+    assert "simple-1-0" not in workers_of(server)
+    client.load_model("simple")
+    assert client.is_model_ready("simple")
+    client.infer("simple", simple_request())
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie that nobody has reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_no_worker_or_shared_memory_left_after_stop_or_a_gateway_crash(
+    repository_copy, server_factory
+):
+    before = _shm_entries()
+    repository = in_processes(
+        repository_copy("simple", "identity_bytes"), "simple", "identity_bytes"
+    )
+    server = server_factory(repository)
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.infer("simple", simple_request())
+    pids = list(workers_of(server).values())
+    assert len(pids) == 2
+    assert server.stop() == 0
+    assert not any(alive(pid) for pid in pids), "a worker outlived the gateway"
+    assert _shm_entries() - before == set()
+
+    crashed = server_factory(repository)
+    pids = list(workers_of(crashed).values())
+    assert len(pids) == 2
+    crashed.process.kill()  # the gateway itself dies: its workers notice and exit
+    crashed.process.wait()
+    wait_for(
+        lambda: not any(alive(pid) for pid in pids),
+        timeout_s=10,
+        what="the workers of a killed gateway to exit",
+    )
+    assert _shm_entries() - before == set()

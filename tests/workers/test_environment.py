@@ -1,0 +1,42 @@
+"""A worker's environment: its device, threads and allocator settings, set before start."""
+
+from __future__ import annotations
+
+from accel_base.proto import model_config_pb2 as mc
+from backends.base import Device
+from workers.environment import worker_environment
+
+
+def config(**parameters: str) -> mc.ModelConfig:
+    result = mc.ModelConfig(name="m")
+    for key, value in parameters.items():
+        result.parameters[key].string_value = value
+    return result
+
+
+def test_a_gpu_instance_sees_only_its_gpu_as_gpu_0():
+    env, device = worker_environment(config(), Device("gpu", 1), 1, base={})
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert device == Device("gpu", 0)
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+
+
+def test_gpu_indexes_follow_the_gateways_own_visible_devices():
+    base = {"CUDA_VISIBLE_DEVICES": "2,3"}
+    env, _ = worker_environment(config(), Device("gpu", 1), 1, base=base)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_a_cpu_instance_sees_no_gpu_and_keeps_user_allocator_settings():
+    base = {"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+    env, device = worker_environment(config(), Device("cpu"), 42, base=base)
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert device == Device("cpu")
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert env["ACCEL_GATEWAY_PARENT_PID"] == "42"
+
+
+def test_thread_counts_come_from_the_config():
+    env, _ = worker_environment(config(intra_op_thread_count="3"), Device("cpu"), 1, base={})
+    assert env["OMP_NUM_THREADS"] == "3"
