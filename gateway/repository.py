@@ -20,6 +20,7 @@ from accel_base.errors import GatewayError, InvalidArgument, NotFound, Permissio
 from accel_base.proto import model_config_pb2 as mc
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
+from gateway.scheduling.instances import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +185,17 @@ class ModelRepository:
             targets = self.model_names_on_disk() if "*" in names else names
         else:
             targets = self.model_names_on_disk()
-        for name in targets:
-            try:
-                await self.load(name)
-            except GatewayError as exc:
-                log.error("model '%s' did not load: %s", name, exc.message)
+        # Several at once: most of a load is a worker process importing its framework.
+        slots = asyncio.Semaphore(max(2, usable_cores()))
+
+        async def load(name: str) -> None:
+            async with slots:
+                try:
+                    await self.load(name)
+                except GatewayError as exc:
+                    log.error("model '%s' did not load: %s", name, exc.message)
+
+        await asyncio.gather(*(load(name) for name in targets))
 
     def check_management_allowed(self) -> None:
         if self.control_mode != "explicit":
@@ -281,8 +288,8 @@ class ModelRepository:
                 await model.close()
 
     async def unload_all(self) -> None:
-        for name in list(self.models):
-            await self.unload(name)
+        # All at once: each unload mostly waits for a worker process to end.
+        await asyncio.gather(*(self.unload(name) for name in list(self.models)))
 
     async def poll(self) -> None:
         """One pass of poll mode: load new or changed models, unload removed ones."""

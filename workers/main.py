@@ -128,7 +128,7 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
     fd, name = int(argv[1]), argv[2]
     # Ctrl-C reaches the whole process group; the gateway decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -137,8 +137,13 @@ def main(argv: list[str]) -> int:
     )
     _exit_with_parent(int(os.environ.get("ACCEL_GATEWAY_PARENT_PID", os.getppid())))
     Worker(socket.socket(fileno=fd)).serve()
-    return 0
+    # The model is unloaded; skip the interpreter's teardown, where frameworks' exit
+    # handlers can take seconds or hang (tinygrad's compile pool has).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(sys.argv)
