@@ -78,35 +78,29 @@ def receive(sock: socket.socket, limit: int = RUN_MESSAGE_BYTES) -> tuple[tuple,
 # ---- tensors in an arena --------------------------------------------------------------
 
 
-def _payload(array_: np.ndarray) -> tuple[str, bytes | np.ndarray]:
-    if array_.dtype == np.object_:
-        return BYTES, serialize_bytes(array_)
-    return array_.dtype.str, np.ascontiguousarray(array_)
-
-
 def write_tensors(
     buffer: Any, arrays: dict[str, np.ndarray], start: int, limit: int
 ) -> tuple[list[Descriptor], int] | int:
     """Copy `arrays` into buffer[start:limit]; the descriptors and the end offset, or the
     number of bytes needed from `start` when they do not fit."""
-    payloads = {name: _payload(a) for name, a in arrays.items()}
+    payloads: list[tuple[str, str, tuple[int, ...], Any, int]] = []
     offset = aligned(start)
-    placed: list[tuple[str, str, tuple[int, ...], int, bytes | np.ndarray]] = []
-    for name, (dtype, data) in payloads.items():
-        placed.append((name, dtype, arrays[name].shape, offset, data))
-        offset = aligned(offset + (len(data) if isinstance(data, bytes) else data.nbytes))
+    for name, tensor in arrays.items():
+        if tensor.dtype == np.object_:
+            data: Any = serialize_bytes(tensor)
+            dtype, nbytes = BYTES, len(data)
+        else:
+            data = memoryview(np.ascontiguousarray(tensor)).cast("B")
+            dtype, nbytes = tensor.dtype.str, tensor.nbytes
+        payloads.append((name, dtype, tensor.shape, data, offset))
+        offset = aligned(offset + nbytes)
     if offset > limit:
         return offset - start
     descriptors: list[Descriptor] = []
-    for name, dtype, shape, at, data in placed:
-        if isinstance(data, bytes):
-            nbytes = len(data)
-            buffer[at : at + nbytes] = data
-        else:
-            nbytes = data.nbytes
-            target = np.frombuffer(buffer, dtype=data.dtype, count=data.size, offset=at)
-            target[...] = data.reshape(-1)
-        descriptors.append((name, dtype, tuple(shape), at, nbytes))
+    for name, dtype, shape, data, at in payloads:
+        nbytes = len(data)
+        buffer[at : at + nbytes] = data  # one memcpy through the buffer protocol
+        descriptors.append((name, dtype, shape, at, nbytes))
     return descriptors, offset
 
 
