@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="token that load/unload calls must present as 'Authorization: Bearer <token>'",
     )
     serve.add_argument(
+        "--allow-shared-memory",
+        action="store_true",
+        help="let clients register system shared-memory regions (POSIX shm objects in "
+        "/dev/shm) and pass tensors through them; off by default, since a registered region "
+        "is read and written by the server",
+    )
+    serve.add_argument(
         "--sagemaker",
         action="store_true",
         help="also serve SageMaker's container contract (GET /ping, POST /invocations with "
@@ -123,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queue_size=args.max_queue_size,
         max_body_bytes=args.max_request_bytes,
         admin_token=args.admin_token,
+        allow_shared_memory=args.allow_shared_memory,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
     )
     try:

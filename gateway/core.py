@@ -16,6 +16,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.inference import InferRequest, InferResponse
 from gateway.repository import ModelRepository
+from gateway.shared_memory import NO_CUDA, SharedMemoryRegistry, Unimplemented
 
 # Only extensions this server implements in full are advertised.
 EXTENSIONS = (
@@ -29,9 +30,15 @@ EXTENSIONS = (
 
 
 class InferenceCore:
-    def __init__(self, repository: ModelRepository, admin_token: str | None = None) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        admin_token: str | None = None,
+        allow_shared_memory: bool = False,
+    ) -> None:
         self.repository = repository
         self.admin_token = admin_token
+        self.shared_memory = SharedMemoryRegistry(enabled=allow_shared_memory)
         self.started = False  # set once the startup models have been loaded
         self.stopping = False
 
@@ -44,7 +51,10 @@ class InferenceCore:
         return self.started and not self.stopping
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+        extensions = list(EXTENSIONS)
+        if self.shared_memory.enabled:
+            extensions.append("system_shared_memory")
+        return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.repository.is_ready(name, version)
@@ -60,8 +70,49 @@ class InferenceCore:
     # ---- inference -------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        """Run a request; outputs it asks for in shared memory are written there."""
         model = self.repository.get(request.model_name, request.model_version)
-        return await model.infer(request)
+        # Output regions are checked before the model runs, so a bad one costs no compute.
+        targets = self.shared_memory.output_targets(request.outputs) if request.outputs else None
+        if not targets:
+            return await model.infer(request)
+        try:
+            response = await model.infer(request)
+            self.shared_memory.write_outputs(targets, response)
+        finally:
+            self.shared_memory.release_targets(targets)
+        return response
+
+    # ---- system shared memory --------------------------------------------------------
+
+    def register_system_shared_memory(
+        self, name: Any, key: Any, offset: Any, byte_size: Any, token: str | None
+    ) -> None:
+        if self.shared_memory.enabled:  # when off, the registry says so, token or not
+            self.check_token(token)
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def unregister_system_shared_memory(self, name: str, token: str | None) -> None:
+        self.check_token(token)
+        self.shared_memory.unregister(name)
+
+    def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.status(name)
+
+    # CUDA regions cannot be registered here. Unregister and status still answer, truthfully
+    # (there are none), because perf_analyzer unregisters CUDA regions whenever it uses any
+    # shared memory and gives up if that call fails.
+
+    def register_cuda_shared_memory(self) -> None:
+        raise Unimplemented(NO_CUDA)
+
+    def unregister_cuda_shared_memory(self, token: str | None) -> None:
+        self.check_token(token)
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
+        if name:
+            raise InvalidArgument(f"no CUDA shared memory region '{name}' is registered")
+        return []
 
     # ---- statistics ------------------------------------------------------------------
 
@@ -81,8 +132,13 @@ class InferenceCore:
         return self.repository.index(ready_only)
 
     def check_admin(self, token: str | None) -> None:
-        """Management calls need the admin token when one is configured."""
+        """Model management needs explicit control mode, and the admin token when one is
+        configured."""
         self.repository.check_management_allowed()
+        self.check_token(token)
+
+    def check_token(self, token: str | None) -> None:
+        """Calls that change the server need the admin token when one is configured."""
         if self.admin_token and not hmac.compare_digest(
             (token or "").encode(), self.admin_token.encode()
         ):

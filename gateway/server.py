@@ -38,6 +38,8 @@ class ServerOptions:
     max_queue_size: int = 1024  # per model version: requests waiting or running
     max_body_bytes: int = 64 * 1024 * 1024
     admin_token: str | None = None
+    # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
+    allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
     sagemaker_port: int | None = None
 
@@ -86,7 +88,7 @@ class Gateway:
         self.repository = ModelRepository(
             options.model_repository, options.model_control_mode, options.max_queue_size
         )
-        self.core = InferenceCore(self.repository, options.admin_token)
+        self.core = InferenceCore(self.repository, options.admin_token, options.allow_shared_memory)
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
         self.grpc_server: grpc.aio.Server | None = None
@@ -176,6 +178,7 @@ class Gateway:
             await set_serving(self.health, False)
             await self.grpc_server.stop(grace=5)
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.core.shared_memory.unregister()
         await self.repository.unload_all()
         log.info("accel-gateway stopped")
 

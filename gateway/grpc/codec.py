@@ -15,6 +15,8 @@ from accel_base.datatypes import NUMPY_DTYPES, check_datatype, element_count, fr
 from accel_base.errors import InvalidArgument
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.proto import grpc_service_pb2 as pb
+from gateway.shared_memory import REGION as SHM_REGION
+from gateway.shared_memory import InputSource
 
 # Which InferTensorContents field carries each datatype.
 _CONTENTS_FIELD = {
@@ -78,25 +80,37 @@ def contents_to_array(
     return array.reshape(shape)
 
 
-def decode_request(message: pb.ModelInferRequest) -> InferRequest:
+def decode_request(
+    message: pb.ModelInferRequest, shared_memory: InputSource | None = None
+) -> InferRequest:
     raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
-        raise InvalidArgument(
-            f"raw_input_contents has {len(raw)} entries for {len(message.inputs)} inputs; "
-            "give every input raw or none"
-        )
     inputs = []
-    for position, tensor in enumerate(message.inputs):
+    consumed = 0  # raw_input_contents entries used: one per input not in shared memory
+    for tensor in message.inputs:
         where = f"input '{tensor.name}'"
         datatype = check_datatype(tensor.datatype, where)
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidArgument(f"{where}: shape {list(shape)} has a negative dimension")
-        if raw:
-            data = from_raw(raw[position], datatype, shape, where)
+        parameters = _parameters(tensor.parameters)
+        if SHM_REGION in parameters:
+            if tensor.HasField("contents"):
+                raise InvalidArgument(
+                    f"{where} names a shared-memory region and also carries contents; give one"
+                )
+            if shared_memory is None:
+                raise InvalidArgument(f"{where}: shared memory is not served here")
+            data = shared_memory(where, datatype, shape, parameters)
+        elif raw:
+            if consumed == len(raw):
+                raise _raw_count_error(len(raw), message)
+            data = from_raw(raw[consumed], datatype, shape, where)
+            consumed += 1
         else:
             data = contents_to_array(tensor.contents, datatype, shape, where)
-        inputs.append(Tensor(tensor.name, datatype, data, _parameters(tensor.parameters)))
+        inputs.append(Tensor(tensor.name, datatype, data, parameters))
+    if consumed != len(raw):
+        raise _raw_count_error(len(raw), message)
     return InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,
@@ -104,6 +118,14 @@ def decode_request(message: pb.ModelInferRequest) -> InferRequest:
         parameters=_parameters(message.parameters),
         inputs=inputs,
         outputs=[RequestedOutput(o.name, _parameters(o.parameters)) for o in message.outputs],
+    )
+
+
+def _raw_count_error(count: int, message: pb.ModelInferRequest) -> InvalidArgument:
+    wanted = sum(SHM_REGION not in t.parameters for t in message.inputs)
+    return InvalidArgument(
+        f"raw_input_contents has {count} entries for {wanted} inputs not in shared memory; "
+        "give every such input raw or none"
     )
 
 
@@ -115,5 +137,10 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
         set_parameter(message.parameters[key], value)
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.data.shape)
-        message.raw_output_contents.append(to_raw(tensor.data, tensor.datatype))
+        # An output written to shared memory gets an empty entry, as in Triton, which keeps
+        # raw contents aligned with outputs.
+        if SHM_REGION in tensor.parameters:
+            message.raw_output_contents.append(b"")
+        else:
+            message.raw_output_contents.append(to_raw(tensor.data, tensor.datatype))
     return message

@@ -95,7 +95,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request, context):
-        infer_request = decode_request(request)
+        infer_request = decode_request(request, self.core.shared_memory.input_array)
         return encode_response(await self.core.infer(infer_request))
 
     async def ModelStreamInfer(
@@ -109,7 +109,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
         async def answer(message: pb.ModelInferRequest) -> None:
             try:
-                response = encode_response(await self.core.infer(decode_request(message)))
+                request = decode_request(message, self.core.shared_memory.input_array)
+                response = encode_response(await self.core.infer(request))
                 await results.put(pb.ModelStreamInferResponse(infer_response=response))
             except GatewayError as exc:
                 await results.put(_stream_error(exc.message, message))
@@ -140,6 +141,40 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
             for task in list(tasks):
                 task.cancel()
+
+    @_rpc
+    async def SystemSharedMemoryStatus(self, request, context):
+        Region = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        rows = self.core.system_shared_memory_status(request.name)
+        return pb.SystemSharedMemoryStatusResponse(
+            regions={row["name"]: Region(**row) for row in rows}
+        )
+
+    @_rpc
+    async def SystemSharedMemoryRegister(self, request, context):
+        self.core.register_system_shared_memory(
+            request.name, request.key, request.offset, request.byte_size, _token(context)
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(self, request, context):
+        self.core.unregister_system_shared_memory(request.name, _token(context))
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(self, request, context):
+        self.core.cuda_shared_memory_status(request.name)  # there are never any
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @_rpc
+    async def CudaSharedMemoryRegister(self, request, context):
+        self.core.register_cuda_shared_memory()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(self, request, context):
+        self.core.unregister_cuda_shared_memory(_token(context))
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     @_rpc
     async def RepositoryIndex(self, request, context):

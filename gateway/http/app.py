@@ -20,6 +20,7 @@ from gateway.model_config import config_to_json
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+SHM_BODY_LIMIT = 64 * 1024  # shared-memory calls carry a few fields, never tensors
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -130,6 +131,54 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     async def unload(request: Request, name: str) -> Response:
         await read_json(request, max_body_bytes)
         await core.unload_model(name, bearer_token(request))
+        return Response(status_code=200)
+
+    # ---- system shared memory --------------------------------------------------------
+    # Triton's paths and bodies, so tritonclient and perf_analyzer work unchanged.
+
+    @app.get("/v2/systemsharedmemory/status")
+    @app.get("/v2/systemsharedmemory/region/{name}/status")
+    async def shm_status(name: str = "") -> Response:
+        return json_response(core.system_shared_memory_status(name))
+
+    @app.post("/v2/systemsharedmemory/region/{name}/register")
+    async def shm_register(request: Request, name: str) -> Response:
+        body = await read_json(request, SHM_BODY_LIMIT)
+        if "key" not in body or "byte_size" not in body:
+            raise InvalidArgument(
+                'a register body is {"key": "/shm_key", "offset": 0, "byte_size": N}; '
+                f"got the fields {', '.join(body) or 'none'}"
+            )
+        core.register_system_shared_memory(
+            name, body["key"], body.get("offset", 0), body["byte_size"], bearer_token(request)
+        )
+        return Response(status_code=200)
+
+    @app.post("/v2/systemsharedmemory/unregister")
+    @app.post("/v2/systemsharedmemory/region/{name}/unregister")
+    async def shm_unregister(request: Request, name: str = "") -> Response:
+        await read_json(request, SHM_BODY_LIMIT)
+        core.unregister_system_shared_memory(name, bearer_token(request))
+        return Response(status_code=200)
+
+    # CUDA shared memory: registering is not supported; see InferenceCore for why the
+    # other two calls answer.
+
+    @app.get("/v2/cudasharedmemory/status")
+    @app.get("/v2/cudasharedmemory/region/{name}/status")
+    async def cuda_status(name: str = "") -> Response:
+        return json_response(core.cuda_shared_memory_status(name))
+
+    @app.post("/v2/cudasharedmemory/region/{name}/register")
+    async def cuda_register(name: str) -> Response:
+        core.register_cuda_shared_memory()
+        return Response(status_code=200)  # not reached
+
+    @app.post("/v2/cudasharedmemory/unregister")
+    @app.post("/v2/cudasharedmemory/region/{name}/unregister")
+    async def cuda_unregister(request: Request, name: str = "") -> Response:
+        await read_json(request, SHM_BODY_LIMIT)
+        core.unregister_cuda_shared_memory(bearer_token(request))
         return Response(status_code=200)
 
     return app

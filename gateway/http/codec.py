@@ -16,6 +16,8 @@ import orjson
 from accel_base.datatypes import NUMPY_DTYPES, check_datatype, element_count, from_raw, to_raw
 from accel_base.errors import InvalidArgument
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
+from gateway.shared_memory import REGION as SHM_REGION
+from gateway.shared_memory import InputSource
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -49,7 +51,11 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
 
 
 def decode_request(
-    body: bytes, header_length: int | None, model_name: str, model_version: str
+    body: bytes,
+    header_length: int | None,
+    model_name: str,
+    model_version: str,
+    shared_memory: InputSource | None = None,
 ) -> InferRequest:
     if header_length is not None and not 0 <= header_length <= len(body):
         raise InvalidArgument(
@@ -76,7 +82,15 @@ def decode_request(
         shape = _shape(raw.get("shape"), where)
         parameters = _object(raw.get("parameters") or {}, f"{where} parameters")
         size = parameters.pop("binary_data_size", None)
-        if size is not None:
+        if SHM_REGION in parameters:
+            if size is not None or "data" in raw:
+                raise InvalidArgument(
+                    f"{where} names a shared-memory region and also carries data; give one"
+                )
+            if shared_memory is None:
+                raise InvalidArgument(f"{where}: shared memory is not served on this route")
+            data = shared_memory(where, datatype, shape, parameters)
+        elif size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(body):
                 raise InvalidArgument(
                     f"{where}: binary_data_size {size!r} does not fit the {len(body) - offset} "
@@ -158,6 +172,11 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
             "datatype": tensor.datatype,
             "shape": list(tensor.data.shape),
         }
+        if SHM_REGION in tensor.parameters:
+            # Written to shared memory: no data and, as in Triton, no parameters (Triton's
+            # C++ client reads binary_data_size from any output "parameters" object).
+            outputs.append(entry)
+            continue
         if binary:
             blob = to_raw(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(blob)}

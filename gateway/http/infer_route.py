@@ -72,7 +72,11 @@ async def serve_infer(
             f"'{header_length.decode('latin-1')}'"
         )
     request = decode_request(
-        body, int(header_length) if header_length is not None else None, name, version
+        body,
+        int(header_length) if header_length is not None else None,
+        name,
+        version,
+        core.shared_memory.input_array,
     )
     request.client_gone = disconnect_probe(receive)
     response = await core.infer(request)
