@@ -11,12 +11,12 @@ from typing import Any
 
 import orjson
 
-from accel_base.errors import InvalidArgument, NotFound, PermissionDenied
+from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.inference import InferRequest, InferResponse
 from gateway.repository import ModelRepository
-from gateway.shared_memory import NO_CUDA, SharedMemoryRegistry, Unimplemented
+from gateway.shared_memory import SharedMemoryRegistry
 
 # Only extensions this server implements in full are advertised.
 EXTENSIONS = (
@@ -27,6 +27,18 @@ EXTENSIONS = (
     "model_repository(unload_dependents)",
     "parameters",
 )
+
+NO_CUDA = (
+    "CUDA shared memory is not supported by this server; use system shared memory "
+    "(--allow-shared-memory)"
+)
+
+
+class Unimplemented(GatewayError):
+    """A part of the protocol this server does not serve (CUDA shared memory)."""
+
+    http_status = 501
+    grpc_status = "UNIMPLEMENTED"
 
 
 class InferenceCore:

@@ -20,12 +20,14 @@ from typing import Any
 import numpy as np
 
 from accel_base.datatypes import WIRE_DTYPES, deserialize_bytes, element_count, serialize_bytes
-from accel_base.errors import GatewayError, InvalidArgument, PermissionDenied
+from accel_base.errors import InvalidArgument, PermissionDenied
 from gateway.inference import InferResponse, RequestedOutput, Tensor
 
 SHM_DIR = "/dev/shm"
 MAX_REGIONS = 1024  # each region holds one mapping and one file descriptor
 MAX_NAME = 255  # NAME_MAX: no longer key can exist, and names are echoed in errors
+# Names and keys come from clients: errors show them with !r, so that text JSON cannot
+# carry (a lone surrogate) never reaches an error body.
 
 # The tensor parameters that put a tensor's data in a region (Triton's names).
 REGION = "shared_memory_region"
@@ -37,19 +39,6 @@ OFFSET = "shared_memory_offset"
 InputSource = Callable[[str, str, tuple[int, ...], dict[str, Any]], np.ndarray]
 
 OFF = "system shared memory is off on this server: start the server with --allow-shared-memory"
-
-
-class Unimplemented(GatewayError):
-    """A part of the protocol this server does not serve (CUDA shared memory)."""
-
-    http_status = 501
-    grpc_status = "UNIMPLEMENTED"
-
-
-NO_CUDA = (
-    "CUDA shared memory is not supported by this server; use system shared memory "
-    "(--allow-shared-memory)"
-)
 
 
 class Region:
@@ -78,12 +67,8 @@ class Region:
             self._map.close()
 
     def status(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "key": self.key,
-            "offset": self.offset,
-            "byte_size": self.byte_size,
-        }
+        keys = ("name", "key", "offset", "byte_size")
+        return {key: getattr(self, key) for key in keys}
 
 
 @dataclass(slots=True)
@@ -93,7 +78,7 @@ class OutputTarget:
     region: Region
     offset: int
     byte_size: int
-    parameters: dict[str, Any]  # echoed on the response tensor
+    parameters: dict[str, Any]  # set on the response tensor: "no data here"
 
 
 def _count(value: Any, what: str, minimum: int) -> int:
@@ -109,16 +94,25 @@ def _shm_path(key: Any) -> str:
     if len(key) > MAX_NAME + 1:
         raise InvalidArgument(f"the shared-memory key is {len(key)} characters, over {MAX_NAME}")
     name = key[1:] if key.startswith("/") else key
-    if not name or "/" in name or "\0" in name or name in (".", ".."):
+    if not name or "/" in name or "\0" in name or name in (".", "..") or not _utf8(name):
         raise InvalidArgument(
-            f"shared-memory key '{key}' is not a POSIX shm name: expected '/name' "
+            f"shared-memory key {key!r} is not a POSIX shm name: expected '/name' "
             "(an object in /dev/shm) with no other '/' and no '..'"
         )
     return os.path.join(SHM_DIR, name)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class SharedMemoryRegistry:
-    """Registered regions by name. Safe to call from the event loop and worker threads."""
+    """Registered regions by name. The fronts call it on the event loop; the lock keeps the
+    table consistent should a worker thread ever look a region up."""
 
     def __init__(self, enabled: bool, max_regions: int = MAX_REGIONS) -> None:
         self.enabled = enabled
@@ -131,15 +125,15 @@ class SharedMemoryRegistry:
     def register(self, name: Any, key: Any, offset: Any, byte_size: Any) -> None:
         if not self.enabled:
             raise PermissionDenied(OFF)
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME or not _utf8(name):
             raise InvalidArgument(f"a region needs a name of 1 to {MAX_NAME} characters")
         path = _shm_path(key)
-        offset = _count(offset, f"region '{name}': offset", 0)
-        byte_size = _count(byte_size, f"region '{name}': byte_size", 1)
+        offset = _count(offset, f"region {name!r}: offset", 0)
+        byte_size = _count(byte_size, f"region {name!r}: byte_size", 1)
         with self._lock:
             if name in self._regions:
                 raise InvalidArgument(
-                    f"system shared memory region '{name}' is already registered; "
+                    f"system shared memory region {name!r} is already registered; "
                     "unregister it first"
                 )
             if len(self._regions) >= self.max_regions:
@@ -155,24 +149,24 @@ class SharedMemoryRegistry:
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(path, flags)
-        except OSError as exc:
+        except OSError as exc:  # the key's text was checked above, so no ValueError here
             raise InvalidArgument(
-                f"cannot open shared-memory key '{key}' for region '{name}': {exc.strerror} "
+                f"cannot open shared-memory key {key!r} for region {name!r}: {exc.strerror} "
                 "(create it with shm_open before registering)"
             ) from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_dev != os.stat(SHM_DIR).st_dev:
-                raise InvalidArgument(f"shared-memory key '{key}' is not a shared-memory object")
+                raise InvalidArgument(f"shared-memory key {key!r} is not a shared-memory object")
             if offset + byte_size > info.st_size:
                 raise InvalidArgument(
-                    f"region '{name}': offset {offset} + byte_size {byte_size} is beyond the "
-                    f"{info.st_size} bytes of shared-memory key '{key}'"
+                    f"region {name!r}: offset {offset} + byte_size {byte_size} is beyond the "
+                    f"{info.st_size} bytes of shared-memory key {key!r}"
                 )
             try:
                 return Region(name, key, offset, byte_size, fd)
-            except OSError as exc:
-                raise InvalidArgument(f"cannot map region '{name}': {exc.strerror}") from None
+            except (OSError, ValueError) as exc:
+                raise InvalidArgument(f"cannot map region {name!r}: {exc}") from None
         finally:
             os.close(fd)  # the mapping keeps its own descriptor
 
@@ -194,7 +188,7 @@ class SharedMemoryRegistry:
                 return [region.status() for region in self._regions.values()]
             region = self._regions.get(name)
         if region is None:
-            raise InvalidArgument(f"no system shared memory region '{name}' is registered")
+            raise InvalidArgument(f"no system shared memory region {name!r} is registered")
         return [region.status()]
 
     # ---- tensors in regions ----------------------------------------------------------
@@ -207,14 +201,14 @@ class SharedMemoryRegistry:
         size = _count(parameters.get(BYTE_SIZE), f"{where}: parameter {BYTE_SIZE}", 0)
         offset = _count(parameters.get(OFFSET, 0), f"{where}: parameter {OFFSET}", 0)
         if not self.enabled:
-            raise InvalidArgument(f"{where} names region '{name}', but {OFF}")
+            raise InvalidArgument(f"{where} names region {name!r}, but {OFF}")
         with self._lock:
             region = self._regions.get(name)
         if region is None:
-            raise InvalidArgument(f"{where}: no system shared memory region '{name}' is registered")
+            raise InvalidArgument(f"{where}: no system shared memory region {name!r} is registered")
         if offset + size > region.byte_size:
             raise InvalidArgument(
-                f"{where}: {OFFSET} {offset} + {BYTE_SIZE} {size} is beyond region '{name}' "
+                f"{where}: {OFFSET} {offset} + {BYTE_SIZE} {size} is beyond region {name!r} "
                 f"({region.byte_size} bytes)"
             )
         return region, offset, size
@@ -296,6 +290,6 @@ def _write(target: OutputTarget, tensor: Tensor) -> None:
 def _check_fits(target: OutputTarget, where: str, needed: int) -> None:
     if needed > target.byte_size:
         raise InvalidArgument(
-            f"{where} needs {needed} bytes but its window of region '{target.region.name}' has "
+            f"{where} needs {needed} bytes but its window of region {target.region.name!r} has "
             f"{target.byte_size} ({BYTE_SIZE}); request a larger one"
         )
