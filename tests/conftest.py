@@ -91,3 +91,16 @@ def server_factory(tmp_path) -> Iterator[Callable[..., GatewayProcess]]:
     yield factory
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def shm_gateway(example_repository, tmp_path_factory) -> Iterator[GatewayProcess]:
+    """A gateway with system shared memory allowed, serving `simple` and two identities."""
+    repository = tmp_path_factory.mktemp("shm") / "repository"
+    for name in ("simple", "identity_bytes", "identity_fp32"):
+        shutil.copytree(example_repository / name, repository / name)
+    server = start_server(
+        repository, "--allow-shared-memory", log_dir=tmp_path_factory.mktemp("shm-logs")
+    )
+    yield server
+    assert server.stop() == 0, server.log()

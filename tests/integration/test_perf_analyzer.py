@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,19 @@ def test_perf_analyzer_runs_against_simple(gateway, perf_analyzer, protocol):
     assert throughput and float(throughput.group(1)) > 0, output
     # perf_analyzer read our statistics extension for its server-side breakdown.
     assert "Server:" in output and "compute infer" in output, output
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_with_system_shared_memory(shm_gateway, perf_analyzer, protocol):
+    """perf_analyzer puts every input and output in system shared memory: it registers its
+    regions, infers through them, and unregisters them (system and CUDA) at the end."""
+    url = shm_gateway.http_url if protocol == "http" else shm_gateway.grpc_url
+    command = [str(perf_analyzer), "-m", "simple", "-u", url, "-i", protocol,
+               "--shared-memory", "system", "--stability-percentage", "50"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    throughput = re.search(r"Throughput: ([\d.]+) infer/sec", output)
+    assert throughput and float(throughput.group(1)) > 0, output
+    with urllib.request.urlopen(f"http://{shm_gateway.http_url}/v2/systemsharedmemory/status") as r:
+        assert json.load(r) == []  # perf_analyzer left nothing registered
