@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from gateway.gpu import GpuReading, read_gpus
 from gateway.repository import ModelRepository
+from gateway.scheduling.process_instance import ProcessInstance
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -94,6 +95,27 @@ def _batch_size_histogram(models) -> str:
     return "\n".join(lines)
 
 
+def _worker_families(models) -> list[str]:
+    """Per worker-process instance: whether its worker runs, and how often one ended unasked."""
+    up, ended = [], []
+    for model in models:
+        for instance in model.pool.instances:
+            if isinstance(instance, ProcessInstance):
+                labels = {"model": model.name, "version": str(model.version),
+                          "instance": instance.name}  # fmt: skip
+                up.append((labels, int(instance.worker is not None)))
+                ended.append((labels, instance.deaths))
+    if not up:
+        return []
+    return [
+        _family("accel_gateway_worker_up", "Whether the instance's worker process runs",
+                "gauge", up),
+        _family("accel_gateway_worker_deaths", "Worker processes that ended unasked (crash, "
+                "kill, run timeout); each is restarted unless the instance retired",
+                "counter", ended),
+    ]  # fmt: skip
+
+
 def _gpu_families(readings: list[GpuReading]) -> list[str]:
     if not readings:
         return []
@@ -154,6 +176,7 @@ def render(
         )
     )
     families.append(_batch_size_histogram(models))
+    families += _worker_families(models)
     families += _gpu_families(read_gpus())
     return "\n".join(families) + "\n"
 

@@ -71,6 +71,7 @@ class ProcessInstance:
         self.retired = False
         self.down_reason: str | None = None  # why the instance cannot run now
         self.crashes = 0  # in a row, without a successful batch between
+        self.deaths = 0  # every worker that ended unasked (the restarts metric)
         self._reply: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kill_reason: str | None = None
@@ -169,6 +170,7 @@ class ProcessInstance:
         self._loop.remove_reader(worker.fileno())
         self._loop = None
         self.worker = None
+        self.deaths += 1
         self.down_reason = f"the worker process of instance {self.name} died; restarting"
         reply, self._reply = self._reply, None
         self.running = asyncio.ensure_future(self._recover(worker, reply))

@@ -14,7 +14,13 @@ def fake_repository():
     stats.record_execution(32, 20, 100, 9000, 50, rows=30)
     stats.record_success(5000, 1000)
     stats.record_failure(10, "REJECTED")
-    model = SimpleNamespace(name="m", version=1, stats=stats, scheduler=SimpleNamespace(pending=3))
+    model = SimpleNamespace(
+        name="m",
+        version=1,
+        stats=stats,
+        scheduler=SimpleNamespace(pending=3),
+        pool=SimpleNamespace(instances=[]),  # threads only: no worker metrics
+    )
     return SimpleNamespace(ready_models=lambda: [model])
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,11 @@ def test_kill_9_fails_at_most_the_batch_in_flight(process_server):
     assert all(ok for _, ok in results["simple"]), "the other model saw failures"
     assert len(results["simple"]) > 20
     assert "was killed by signal SIGKILL" in server.log()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as reply:
+        metrics = reply.read().decode()
+    labels = 'model="mlp",version="1",instance="mlp-1-0"'
+    assert f"accel_gateway_worker_deaths{{{labels}}} 1" in metrics
+    assert f"accel_gateway_worker_up{{{labels}}} 1" in metrics
 
 
 def test_a_hung_worker_is_killed_after_the_run_timeout(process_server):
