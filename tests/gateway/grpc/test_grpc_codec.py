@@ -51,3 +51,45 @@ def test_response_carries_raw_outputs():
     assert list(message.outputs[1].shape) == [1, 2]
     assert message.raw_output_contents[0] == b"\x02\0\0\0ab"
     assert np.frombuffer(message.raw_output_contents[1], np.float32).tolist() == [1.0, 2.0]
+
+
+def fake_region(where, datatype, shape, parameters):
+    """Stands in for SharedMemoryRegistry.input_array."""
+    return np.full(shape, parameters["shared_memory_byte_size"], dtype=np.int8)
+
+
+def shm_tensor(message: pb.ModelInferRequest, name: str) -> pb.ModelInferRequest.InferInputTensor:
+    tensor = message.inputs.add(name=name, datatype="INT8", shape=[2])
+    tensor.parameters["shared_memory_region"].string_param = "r"
+    tensor.parameters["shared_memory_byte_size"].int64_param = 2
+    return tensor
+
+
+def test_raw_contents_skip_inputs_in_shared_memory():
+    # As tritonclient sends it: raw contents only for the inputs not in shared memory.
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="a", datatype="INT8", shape=[1])
+    shm_tensor(message, "b")
+    message.inputs.add(name="c", datatype="INT8", shape=[1])
+    message.raw_input_contents.extend([b"\x01", b"\x03"])
+    request = decode_request(message, fake_region)
+    assert [t.data.tolist() for t in request.inputs] == [[1], [2, 2], [3]]
+    message.raw_input_contents.append(b"\x04")
+    with pytest.raises(InvalidArgument, match="3 entries for 2 inputs not in shared memory"):
+        decode_request(message, fake_region)
+
+
+def test_shared_memory_input_with_contents_is_refused():
+    message = pb.ModelInferRequest(model_name="m")
+    shm_tensor(message, "x").contents.int_contents.extend([1, 2])
+    with pytest.raises(InvalidArgument, match="also carries contents"):
+        decode_request(message, fake_region)
+
+
+def test_shared_memory_output_gets_an_empty_raw_entry():
+    in_shm = Tensor("s", "FP32", np.zeros((1, 2), np.float32), {"shared_memory_region": "r"})
+    wire = Tensor("w", "INT8", np.array([7], np.int8))
+    message = encode_response(InferResponse("m", "1", outputs=[in_shm, wire]))
+    assert [list(o.shape) for o in message.outputs] == [[1, 2], [1]]
+    assert list(message.raw_output_contents) == [b"", b"\x07"]
+    assert not message.outputs[0].parameters  # as Triton: nothing but name, datatype, shape

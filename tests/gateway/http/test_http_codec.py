@@ -115,3 +115,45 @@ def test_bf16_outputs_always_go_binary():
     tensor = Tensor("h", "BF16", np.array([0x3FC0], dtype=np.uint16))
     body, length = encode_response(response_for(tensor), request)
     assert length is not None and body[length:] == b"\xc0\x3f"
+
+
+def fake_region(where, datatype, shape, parameters):
+    """Stands in for SharedMemoryRegistry.input_array: records what the decoder passed."""
+    return np.full(shape, parameters["shared_memory_byte_size"], dtype=np.int32)
+
+
+def test_shared_memory_inputs_come_from_the_source():
+    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+    header = {
+        "inputs": [
+            {"name": "x", "shape": [1, 2], "datatype": "INT32", "parameters": shm},
+            {"name": "y", "shape": [1], "datatype": "INT32", "parameters": {"binary_data_size": 4}},
+        ]
+    }
+    body, length = binary_body(header, np.int32(5).tobytes())  # only y's bytes in the body
+    request = decode_request(body, length, "m", "", fake_region)
+    assert request.inputs[0].data.tolist() == [[8, 8]]
+    assert request.inputs[1].data.tolist() == [5]
+
+
+@pytest.mark.parametrize("extra", [{"data": [1, 2]}, {"binary_data_size": 8}])
+def test_shared_memory_input_with_data_too_is_refused(extra):
+    parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+    raw = {"name": "x", "shape": [2], "datatype": "INT32", "parameters": parameters}
+    if "data" in extra:
+        raw |= extra
+    else:
+        parameters |= extra
+    body = json.dumps({"inputs": [raw]}).encode()
+    with pytest.raises(InvalidArgument, match="names a shared-memory region and also carries"):
+        decode_request(body, len(body), "m", "", fake_region)
+
+
+def test_shared_memory_output_carries_no_data():
+    request = decode_request(b'{"inputs": []}', None, "m", "")
+    in_shm = Tensor(
+        "o", "FP32", np.zeros((1, 4), np.float32), {"shared_memory_region": "r"}
+    )  # as InferenceCore leaves an output it wrote to a region
+    body, length = encode_response(response_for(in_shm), request)
+    assert length is None  # no binary part: nothing follows the JSON
+    assert json.loads(body)["outputs"] == [{"name": "o", "datatype": "FP32", "shape": [1, 4]}]
