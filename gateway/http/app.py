@@ -143,15 +143,11 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
 
     @app.post("/v2/systemsharedmemory/region/{name}/register")
     async def shm_register(request: Request, name: str) -> Response:
-        body = await read_json(request, SHM_BODY_LIMIT)
-        if "key" not in body or "byte_size" not in body:
-            raise InvalidArgument(
-                'a register body is {"key": "/shm_key", "offset": 0, "byte_size": N}; '
-                f"got the fields {', '.join(body) or 'none'}"
-            )
+        body = await read_json(request, SHM_BODY_LIMIT)  # {"key", "offset", "byte_size"}
         core.register_system_shared_memory(
-            name, body["key"], body.get("offset", 0), body["byte_size"], bearer_token(request)
-        )
+            name, body.get("key"), body.get("offset", 0), body.get("byte_size"),
+            bearer_token(request),
+        )  # fmt: skip
         return Response(status_code=200)
 
     @app.post("/v2/systemsharedmemory/unregister")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import uuid
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -315,3 +316,24 @@ def test_admin_token_guards_registration(server_factory, repository_copy, protoc
         client.unregister_system_shared_memory(headers=headers)
     finally:
         client.close()
+
+
+def test_raw_http_register_errors(shm_gateway):
+    base = f"http://{shm_gateway.http_url}/v2/systemsharedmemory"
+    register = f"{base}/region/raw/register"
+    cases = [
+        (httpx.post(register), 400, "key must be a non-empty string, got None"),
+        (httpx.post(register, content=b"{nope"), 400, "not valid"),
+        (httpx.post(register, json=[1]), 400, "must be a JSON object"),
+        (httpx.post(register, json={"key": "/k"}), 400, "byte_size must be an integer"),
+        (httpx.post(register, json={"key": "/k", "offset": "0", "byte_size": 8}), 400, "offset"),
+        (httpx.post(register, content=b" " * 70_000), 413, "limit"),
+        (httpx.get(register), 405, "GET is not allowed"),
+        (httpx.post(f"{base}/status"), 405, "POST is not allowed"),
+        (httpx.get(f"{base}/region/raw/status"), 400, "no system shared memory region 'raw'"),
+        (httpx.get(f"{base.replace('system', 'cuda')}/status"), 200, "[]"),
+        (httpx.post(f"{base.replace('system', 'cuda')}/unregister"), 200, ""),
+    ]
+    for response, status_code, fragment in cases:
+        assert response.status_code == status_code, (response.request.url, response.text)
+        assert fragment in response.text, response.text
