@@ -8,6 +8,8 @@ from pathlib import Path
 
 import httpx
 
+from gateway.cli import build_parser
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,3 +59,9 @@ def test_missing_repository_is_a_clear_error(tmp_path):
     )
     assert result.returncode == 2
     assert "is not a directory" in result.stderr
+
+
+def test_shared_memory_is_off_unless_asked_for():
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).allow_shared_memory is False
+    assert parser.parse_args(["serve", "--allow-shared-memory"]).allow_shared_memory is True
