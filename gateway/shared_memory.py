@@ -26,8 +26,8 @@ from gateway.inference import InferResponse, RequestedOutput, Tensor
 SHM_DIR = "/dev/shm"
 MAX_REGIONS = 1024  # each region holds one mapping and one file descriptor
 MAX_NAME = 255  # NAME_MAX: no longer key can exist, and names are echoed in errors
-# Names and keys come from clients: errors show them with !r, so that text JSON cannot
-# carry (a lone surrogate) never reaches an error body.
+# Names and keys come from clients, so errors show them with !r: text that the JSON
+# encoder refuses (a lone surrogate) then never reaches an error body.
 
 # The tensor parameters that put a tensor's data in a region (Triton's names).
 REGION = "shared_memory_region"
