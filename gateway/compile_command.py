@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from accel_base.errors import InvalidArgument
 from backends import BackendUnavailable
-from gateway.model_config import ConfigError, platform_of, read_config
-from gateway.repository import available_versions, versions_to_load
+from gateway.model_config import platform_of, read_config
+from gateway.model_dirs import available_versions, versions_to_load
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -51,7 +52,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         return _compile(args)
-    except (BackendUnavailable, ConfigError) as exc:
+    except (BackendUnavailable, InvalidArgument) as exc:  # ConfigError is one
         print(f"accel-gateway compile: {exc}", file=sys.stderr)
         return 1
 

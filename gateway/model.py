@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.datatypes import v2_datatype
+from accel_base.errors import Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
@@ -203,4 +204,5 @@ class ModelVersion:
             await self.scheduler.close()
         for instance in self.pool.instances:
             instance.detach()
+        self.pool.fail_waiters(Unavailable(f"model '{self.name}' was unloaded"))
         await asyncio.to_thread(self.pool.close)

@@ -20,6 +20,7 @@ from accel_base.errors import GatewayError, InvalidArgument, NotFound, Permissio
 from accel_base.proto import model_config_pb2 as mc
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
+from gateway.model_dirs import available_versions, fingerprint, versions_to_load
 from gateway.scheduling.instances import usable_cores
 
 log = logging.getLogger(__name__)
@@ -48,40 +49,6 @@ class ModelEntry:
 
 def _ready(state: VersionState | None) -> bool:
     return state is not None and state.state == "READY"
-
-
-def available_versions(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-
-
-def versions_to_load(config: mc.ModelConfig, available: list[int]) -> list[int]:
-    """Apply the config's version_policy (default: the latest one) to what is on disk."""
-    policy = config.version_policy
-    choice = policy.WhichOneof("policy_choice")
-    if choice == "all":
-        return available
-    if choice == "specific":
-        missing = [v for v in policy.specific.versions if v not in available]
-        if missing:
-            raise InvalidArgument(
-                f"model '{config.name}': version_policy names version(s) {missing} that have "
-                f"no directory; present: {available}"
-            )
-        return sorted(policy.specific.versions)
-    count = policy.latest.num_versions if choice == "latest" else 1
-    return available[-max(count, 1) :]
-
-
-def fingerprint(model_dir: Path) -> tuple:
-    """File names, sizes and mtimes under a model directory, to notice changes."""
-    stats = []
-    for path in sorted(model_dir.rglob("*")):
-        try:
-            info = path.stat()
-        except OSError:
-            continue
-        stats.append((str(path.relative_to(model_dir)), info.st_size, info.st_mtime_ns))
-    return tuple(stats)
 
 
 class ModelRepository:
@@ -289,7 +256,11 @@ class ModelRepository:
 
     async def unload_all(self) -> None:
         # All at once: each unload mostly waits for a worker process to end.
-        await asyncio.gather(*(self.unload(name) for name in list(self.models)))
+        names = list(self.models)
+        results = await asyncio.gather(*map(self.unload, names), return_exceptions=True)
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("model '%s' did not unload cleanly: %s", name, result)
 
     async def poll(self) -> None:
         """One pass of poll mode: load new or changed models, unload removed ones."""

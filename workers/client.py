@@ -5,6 +5,7 @@ replies, stop or kill it. Blocking calls only; the gateway's instance adds the e
 from __future__ import annotations
 
 import contextlib
+import math
 import select
 import signal
 import subprocess
@@ -61,6 +62,8 @@ class WorkerProcess:
             raise
         finally:
             child.close()
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
         self.inputs: Arena | None = None
         self._send_inputs_fd = False
         self._staged: dict[str, tuple[np.ndarray, int]] = {}  # name -> (view, offset)
@@ -118,7 +121,7 @@ class WorkerProcess:
             self.kill()
             raise WorkerGone(f"the worker did not {what} within {timeout_s:g} s and was killed")
         try:
-            return protocol.receive(self.sock)
+            return protocol.receive(self.sock, protocol.MAX_MESSAGE_BYTES)
         except (EOFError, ConnectionError):
             raise WorkerGone(f"the worker process {self.exit_description()}") from None
 
@@ -182,8 +185,8 @@ class WorkerProcess:
         return self.inputs
 
     def wait_readable(self, timeout_s: float) -> bool:
-        readable, _, _ = select.select([self.sock], [], [], max(timeout_s, 0.0))
-        return bool(readable)
+        # poll, not select: select refuses descriptors numbered 1024 and up.
+        return bool(self._poll.poll(max(math.ceil(timeout_s * 1000), 0)))
 
     def take_reply(self) -> tuple[dict[str, np.ndarray], int]:
         """The outputs (views leased from the output arena) and the backend's run time."""

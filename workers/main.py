@@ -10,6 +10,8 @@ leaves no worker behind.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -26,6 +28,7 @@ from workers import protocol
 from workers.arena import Arena, grown_size
 
 log = logging.getLogger("accel_gateway.worker")
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 MAX_ERROR_CHARS = 8192  # a reply must fit in one run message
 
 
@@ -118,7 +121,12 @@ class Worker:
 
 
 def _exit_with_parent(parent: int) -> None:
-    """Exit as soon as the gateway process is gone, even in the middle of a long run."""
+    """Exit as soon as the gateway process is gone, even in the middle of a long run: the
+    kernel's parent-death signal where there is one, and a watchdog thread besides (it
+    also covers a parent that died before the signal was asked for)."""
+    with contextlib.suppress(OSError, AttributeError):  # Linux only
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -130,6 +138,9 @@ def _exit_with_parent(parent: int) -> None:
 
 def main(argv: list[str]) -> None:
     fd, name = int(argv[1]), argv[2]
+    # Children of the backend (tinygrad's compile pool, say) must not hold the socket open:
+    # the gateway learns of this worker's death from the socket's end.
+    os.set_inheritable(fd, False)
     # Ctrl-C reaches the whole process group; the gateway decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(

@@ -13,6 +13,7 @@ Requests, gateway -> worker:
     ("unload",)
 Replies, worker -> gateway:
     ("loaded", inputs, outputs, allowed batch sizes or None, memory bytes, output arena size)
+        (like the load, it may be large: many tensors)
         with the output arena's descriptor
     ("ran", output descriptors, run ns, output arena size)
         the output arena's descriptor travels with the first reply that uses a new arena
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import array
 import marshal
+import os
 import socket
 from typing import Any
 
@@ -53,7 +55,7 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
 
 def send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None:
     data = marshal.dumps(message)
-    limit = MAX_MESSAGE_BYTES if message[0] == "load" else RUN_MESSAGE_BYTES
+    limit = MAX_MESSAGE_BYTES if message[0] in ("load", "loaded") else RUN_MESSAGE_BYTES
     if len(data) > limit:
         raise ValueError(f"a {message[0]!r} message of {len(data)} bytes is over {limit}")
     if fds:
@@ -66,12 +68,14 @@ def send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None
 def receive(sock: socket.socket, limit: int = RUN_MESSAGE_BYTES) -> tuple[tuple, list[int]]:
     """The next message and the descriptors it carried; EOFError when the other side is gone."""
     data, fds, flags, _ = socket.recv_fds(sock, limit, 4)
-    if not data:
+    if not data or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
         for fd in fds:
-            socket.close(fd)
-        raise EOFError("the other end of the worker socket closed")
-    if flags & socket.MSG_TRUNC:
+            os.close(fd)
+        if not data:
+            raise EOFError("the other end of the worker socket closed")
         raise ValueError("a worker message was truncated")
+    for fd in fds:  # received descriptors are inheritable; no child of ours needs them
+        os.set_inheritable(fd, False)
     return marshal.loads(data), fds
 
 
@@ -89,8 +93,8 @@ def write_tensors(
         if tensor.dtype == np.object_:
             data: Any = serialize_bytes(tensor)
             dtype, nbytes = BYTES, len(data)
-        else:
-            data = memoryview(np.ascontiguousarray(tensor)).cast("B")
+        else:  # bytes of the array, without a copy when it is contiguous (and empty is fine)
+            data = np.ascontiguousarray(tensor).reshape(-1).view(np.uint8)
             dtype, nbytes = tensor.dtype.str, tensor.nbytes
         payloads.append((name, dtype, tensor.shape, data, offset))
         offset = aligned(offset + nbytes)

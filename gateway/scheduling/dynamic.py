@@ -129,7 +129,7 @@ class DynamicBatcher:
     async def _drive(self) -> None:
         while True:
             try:
-                instance = await self.pool.acquire()
+                instance = self.pool.try_acquire() or await self._acquire()
             except GatewayError as exc:  # no instance left (its worker stopped restarting)
                 self._fail_queued(exc)
                 self._arrival.clear()
@@ -152,6 +152,27 @@ class DynamicBatcher:
             task = asyncio.get_running_loop().create_task(self._execute(instance, send))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    async def _acquire(self) -> Any:
+        """Wait for an instance (a worker may be restarting), rejecting queued requests
+        whose queue timeout passes meanwhile."""
+        acquire = asyncio.ensure_future(self.pool.acquire())
+        try:
+            while True:
+                deadline = self.queue.next_deadline()
+                # A request that arrives meanwhile may bring an earlier deadline: look again.
+                timeout = 0.05 if deadline is None else min(max(deadline - self.clock(), 0), 0.05)
+                done, _ = await asyncio.wait({acquire}, timeout=timeout)
+                if done:
+                    return acquire.result()
+                for pending in self.queue.expire(self.clock()):
+                    self._reject_timed_out(pending)
+        except BaseException:  # cancelled: an instance handed over meanwhile goes back
+            if not acquire.done():
+                acquire.cancel()
+            elif not acquire.cancelled() and acquire.exception() is None:
+                self.pool.release(acquire.result())
+            raise
 
     async def _next_batch(self) -> Send:
         while True:
@@ -248,4 +269,6 @@ class DynamicBatcher:
         if self._driver is not None:
             self._driver.cancel()
             await asyncio.gather(self._driver, return_exceptions=True)
+        # Whatever the drain left queued (a worker restarting past it) is answered now.
+        self._fail_queued(Unavailable(f"model '{self.rules.model}' was unloaded"))
         await asyncio.gather(*self._running, return_exceptions=True)

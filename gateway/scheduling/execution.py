@@ -5,6 +5,7 @@ Config parameters (ModelConfig.parameters, string values as Triton has them):
     execution               "process" or "thread"; the default is below
     worker_run_timeout_s    a batch running longer means a hung worker: it is killed
     worker_max_restarts     crashes in a row before a worker is no longer restarted
+    worker_load_timeout_s   a worker that has not loaded its model by then is killed
 
 Default: a thread for ONNX Runtime on the CPU, a worker process for everything else.
 ONNX Runtime keeps no process-wide state that models fight over and releases the GIL,
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from accel_base.errors import InvalidArgument
@@ -64,7 +67,7 @@ def _number(config: mc.ModelConfig, key: str, default: float, integer: bool) -> 
         value = int(text) if integer else float(text)
     except ValueError:
         value = -1
-    if value < 0 or (not integer and value == 0):
+    if value < 0 or (not integer and (value == 0 or not math.isfinite(value))):
         kind = "a non-negative integer" if integer else "a positive number of seconds"
         raise InvalidArgument(
             f"model '{config.name}': parameter {key} must be {kind}, not {text!r}"
@@ -77,6 +80,7 @@ def worker_settings(config: mc.ModelConfig) -> WorkerSettings:
     return WorkerSettings(
         run_timeout_s=_number(config, "worker_run_timeout_s", defaults.run_timeout_s, False),
         max_restarts=int(_number(config, "worker_max_restarts", defaults.max_restarts, True)),
+        load_timeout_s=_number(config, "worker_load_timeout_s", defaults.load_timeout_s, False),
     )
 
 
@@ -88,10 +92,13 @@ def spawn_worker(
     device: Device,
     settings: WorkerSettings,
     parent_pid: int,
+    started: Callable[[WorkerProcess], None],
 ) -> tuple[WorkerProcess, LoadedModel]:
-    """Start a worker and load the model into it (blocking)."""
+    """Start a worker and load the model into it (blocking); `started` learns of the
+    worker before its load, so that an unload meanwhile can kill it."""
     env, worker_device = worker_environment(config, device, parent_pid)
     worker = WorkerProcess(name, env)
+    started(worker)
     try:
         return worker, worker.load(
             platform, artifact, config, worker_device, settings.load_timeout_s

@@ -31,6 +31,14 @@ class InstancePool:
         reasons = "; ".join(i.down_reason for i in self.instances if i.down_reason)
         return Unavailable(f"model '{self.model}' has no instance left to run it: {reasons}")
 
+    def try_acquire(self) -> Any | None:
+        """An idle instance at once, or None (then await acquire())."""
+        while self._idle and not self._waiters:
+            instance = self._idle.popleft()
+            if self._usable(instance):
+                return instance
+        return None
+
     async def acquire(self) -> Any:
         while self._idle and not self._waiters:
             instance = self._idle.popleft()
@@ -55,11 +63,7 @@ class InstancePool:
         """Whether an instance can run now; if it is busy, it comes back when it is not."""
         if instance.retired:
             if all(i.retired for i in self.instances):
-                error = self._retired_error()
-                while self._waiters:
-                    waiter = self._waiters.popleft()
-                    if not waiter.done():
-                        waiter.set_exception(error)
+                self.fail_waiters(self._retired_error())
             return False
         if instance.running is not None and not instance.running.done():
             # A cancelled caller's run, or a restart: free only when that ends.
@@ -76,6 +80,13 @@ class InstancePool:
                 waiter.set_result(instance)
                 return
         self._idle.append(instance)
+
+    def fail_waiters(self, error: Exception) -> None:
+        """Answer everyone still waiting for an instance (the model is going away)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
 
     def close(self) -> None:
         """Close every instance, even when one fails to unload; then raise the first error."""

@@ -53,7 +53,7 @@ class ProcessInstance:
         self,
         name: str,
         model: str,
-        spawn: Callable[[], tuple[WorkerProcess, LoadedModel]],
+        spawn: Callable[[Callable[[WorkerProcess], None]], tuple[WorkerProcess, LoadedModel]],
         settings: WorkerSettings,
         single_core: bool,
     ) -> None:
@@ -63,8 +63,10 @@ class ProcessInstance:
         self._spawn = spawn
         self.settings = settings
         self._inline_limit_ns = INLINE_BELOW_NS_SINGLE_CORE if single_core else INLINE_BELOW_NS
+        self._starting: WorkerProcess | None = None  # a worker still loading (close kills it)
+        self._closed = False
         self.worker: WorkerProcess | None
-        self.worker, self.loaded = spawn()
+        self.worker, self.loaded = self._spawn_unless_closed()
         self.recent_run_ns: float | None = None
         # Not done while a run goes on or a new worker starts (the pool waits for it).
         self.running: asyncio.Future | None = None
@@ -75,7 +77,6 @@ class ProcessInstance:
         self._reply: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kill_reason: str | None = None
-        self._closed = False
 
     # ---- running a batch -------------------------------------------------------------
 
@@ -92,8 +93,12 @@ class ProcessInstance:
     ) -> tuple[dict[str, np.ndarray], int]:
         """The outputs (views into shared memory, valid while referenced) and run ns."""
         worker = self.worker
-        if worker is None:
-            raise errors.Unavailable(f"model '{self.model}': {self.down_reason}")
+        while worker is None:  # it died while the batcher held it: wait for the new one
+            recovery = self.running
+            if self.retired or self._closed or recovery is None or recovery.done():
+                raise errors.Unavailable(f"model '{self.model}': {self.down_reason}")
+            await asyncio.shield(recovery)
+            worker = self.worker
         loop = asyncio.get_running_loop()
         self._watch(loop, worker)
         try:
@@ -115,12 +120,11 @@ class ProcessInstance:
                 pass  # the reader callback sees the end of the socket too
         self._reply = reply = loop.create_future()
         self.running = reply
+        # The timeout belongs to the batch, not to its caller, who may be cancelled first.
         timer = loop.call_later(self.settings.run_timeout_s, self._timed_out, worker)
-        try:
-            # shield: a cancelled caller must not lose track of a batch still running.
-            return self._ran(await asyncio.shield(reply))
-        finally:
-            timer.cancel()
+        reply.add_done_callback(lambda _: timer.cancel())
+        # shield: a cancelled caller must not lose track of a batch still running.
+        return self._ran(await asyncio.shield(reply))
 
     def _ran(self, result: tuple[dict[str, np.ndarray], int]) -> tuple[dict[str, np.ndarray], int]:
         run_ns = result[1]
@@ -176,16 +180,20 @@ class ProcessInstance:
         self.running = asyncio.ensure_future(self._recover(worker, reply))
 
     async def _recover(self, worker: WorkerProcess, reply: asyncio.Future | None) -> None:
-        reason, self._kill_reason = self._kill_reason, None
-        if reason is None:
-            reason = await asyncio.to_thread(worker.exit_description)
-        await asyncio.to_thread(worker.close)
-        message = f"the worker process of instance {self.name} {reason}"
-        log.error("model '%s': %s", self.model, message)
-        if reply is not None and not reply.done():
-            reply.set_exception(
-                errors.Internal(f"model '{self.model}' failed to run this batch: {message}")
-            )
+        message = f"the worker process of instance {self.name} died"
+        try:
+            reason, self._kill_reason = self._kill_reason, None
+            if reason is None:
+                reason = await asyncio.to_thread(worker.exit_description)
+            message = f"the worker process of instance {self.name} {reason}"
+            log.error("model '%s': %s", self.model, message)
+        finally:  # even when an unload cancels the recovery
+            worker.kill()
+            worker.close()  # the process has ended: reaping it does not block
+            if reply is not None and not reply.done():
+                reply.set_exception(
+                    errors.Internal(f"model '{self.model}' failed to run this batch: {message}")
+                )
         self.crashes += 1
         while not self._closed:
             if self.crashes > self.settings.max_restarts:
@@ -203,7 +211,9 @@ class ProcessInstance:
             )
             await asyncio.sleep(delay)
             try:
-                self.worker, self.loaded = await asyncio.to_thread(self._spawn_unless_closed)
+                # The thread sets self.worker itself: if an unload cancels this task while
+                # the thread finishes, close() still finds the new worker and stops it.
+                await asyncio.to_thread(self._restart_worker)
             except Exception as exc:  # a failed start counts as one more crash
                 message = f"the worker process of instance {self.name} failed to restart: {exc}"
                 log.error("model '%s': %s", self.model, message)
@@ -214,29 +224,56 @@ class ProcessInstance:
             log.info("model '%s': instance %s has a new worker process", self.model, self.name)
             return
 
+    def _restart_worker(self) -> None:
+        self.worker, self.loaded = self._spawn_unless_closed()
+
     def _spawn_unless_closed(self) -> tuple[WorkerProcess, LoadedModel]:
         # Runs on a thread that goes on even if the restart is cancelled by an unload:
-        # a worker started for a closed instance is stopped right here, never orphaned.
-        worker, loaded = self._spawn()
+        # close() kills a worker that is still loading, and one that finished loading
+        # for a closed instance is stopped right here, never orphaned.
+        def started(worker: WorkerProcess) -> None:
+            self._starting = worker
+            if self._closed:
+                worker.kill()
+
+        try:
+            worker, loaded = self._spawn(started)
+        finally:
+            self._starting = None
         if self._closed:
-            worker.unload(timeout_s=30.0)
+            worker.unload(timeout_s=5.0)
             raise RuntimeError("the instance was closed while its worker started")
         return worker, loaded
 
     # ---- the end ---------------------------------------------------------------------
 
     def detach(self) -> None:
-        """Stop watching the worker's socket (on the event loop, before close())."""
+        """Let go of the event loop's side (on the loop, before close()): the batch in
+        flight fails with a 503, and a worker still running it is killed, not waited for."""
         self._closed = True
-        if self._loop is not None and self.worker is not None:
-            self._loop.remove_reader(self.worker.fileno())
+        worker = self.worker
+        if self._loop is not None and worker is not None:
+            self._loop.remove_reader(worker.fileno())
             self._loop = None
-        if self.running is not None and isinstance(self.running, asyncio.Task):
+        reply, self._reply = self._reply, None
+        if reply is not None and not reply.done():
+            if worker is not None:
+                worker.kill()
+            reply.set_exception(
+                errors.Unavailable(f"model '{self.model}' was unloaded while this batch ran")
+            )
+        if isinstance(self.running, asyncio.Task):
             self.running.cancel()
+        starting = self._starting
+        if starting is not None:
+            starting.kill()
 
     def close(self) -> None:
         """Unload the model and stop the worker (blocking)."""
         self._closed = True
+        starting = self._starting
+        if starting is not None:
+            starting.kill()
         worker, self.worker = self.worker, None
         if worker is not None:
             with contextlib.suppress(Exception):  # a dying worker is killed regardless

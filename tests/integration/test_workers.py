@@ -102,6 +102,9 @@ def test_every_datatype_and_digits_same_as_threads(process_server, gateway, prot
             assert out.tolist() == reference.tolist() == batch.tolist()
         else:  # bit for bit, NaN included
             assert out.tobytes() == reference.tobytes() == batch.tobytes(), datatype
+    empty = mod.InferInput("INPUT0", [1, 0], "FP32")  # zero-size tensors cross too
+    empty.set_data_from_numpy(np.zeros((1, 0), np.float32))
+    assert process.infer("identity_fp32", [empty]).as_numpy("OUTPUT0").shape == (1, 0)
     images, _ = held_out()
     tensor = mod.InferInput("pixels", list(images[:64].shape), "FP32")
     tensor.set_data_from_numpy(images[:64])
@@ -148,7 +151,8 @@ def test_kill_9_fails_at_most_the_batch_in_flight(process_server):
     for thread in threads:
         thread.join(timeout=60)
     mlp_failed = sum(not ok for _, ok in results["mlp"])
-    assert 1 <= mlp_failed <= clients, results["mlp"][-20:]
+    # The batch in flight fails (none, when the kill falls between batches); no other does.
+    assert mlp_failed <= clients, results["mlp"][-20:]
     assert sum(ok for at, ok in results["mlp"] if at > killed_at + 0.5) > 10
     assert all(ok for _, ok in results["simple"]), "the other model saw failures"
     assert len(results["simple"]) > 20
@@ -245,3 +249,71 @@ def test_no_worker_or_shared_memory_left_after_stop_or_a_gateway_crash(
         what="the workers of a killed gateway to exit",
     )
     assert _shm_entries() - before == set()
+
+
+def test_a_cancelled_caller_does_not_stop_the_run_timeout(process_server):
+    server = process_server("simple", worker_run_timeout_s="1")
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.infer("simple", simple_request())
+    pid = workers_of(server)["simple-1-0"]
+    os.kill(pid, signal.SIGSTOP)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        grpc.infer("simple", inputs, client_timeout=0.3)  # the caller gives up first
+    wait_for(lambda: workers_of(server).get("simple-1-0", pid) != pid, what="the hung worker's end")
+    wait_for(lambda: client.is_model_ready("simple"), what="simple READY again")
+    client.infer("simple", simple_request())
+
+
+def test_an_idle_worker_death_and_queue_timeouts_with_dynamic_batching(
+    repository_copy, server_factory
+):
+    repository = in_processes(repository_copy("mlp"), "mlp", worker_run_timeout_s="3")
+    config = repository / "mlp" / "config.pbtxt"
+    policy = "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 300000 }"
+    text = config.read_text().replace("dynamic_batching {", "dynamic_batching { " + policy, 1)
+    config.write_text(text)
+    server = server_factory(repository)
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=2)
+    tensor = httpclient.InferInput("INPUT0", [1, 784], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 784), np.float32))
+    client.infer("mlp", [tensor])
+    # A worker that dies between batches fails nothing: the next batch waits for its successor.
+    pid = workers_of(server)["mlp-1-0"]
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.02)
+    client.infer("mlp", [tensor])
+    # While the one instance is stuck on a hung worker, a queued request still times out.
+    os.kill(workers_of(server)["mlp-1-0"], signal.SIGSTOP)
+    stuck = client.async_infer("mlp", [tensor])
+    time.sleep(0.1)
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException, match="timed out in the queue"):
+        client.infer("mlp", [tensor])
+    assert time.monotonic() - started < 1.5
+    with pytest.raises(InferenceServerException, match="run timeout"):
+        stuck.get_result()
+
+
+def test_unloading_a_model_with_a_hung_batch_answers_it(process_server):
+    server = process_server(
+        "simple", args=("--model-control-mode", "explicit", "--load-model", "simple")
+    )
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=2)
+    client.infer("simple", simple_request())
+    pid = workers_of(server)["simple-1-0"]
+    os.kill(pid, signal.SIGSTOP)
+    stuck = client.async_infer("simple", simple_request())
+    time.sleep(0.2)
+    unloading = threading.Thread(target=client.unload_model, args=("simple",))
+    started = time.monotonic()
+    unloading.start()
+    with pytest.raises(InferenceServerException, match="unloaded"):
+        stuck.get_result()
+    unloading.join(timeout=60)
+    assert time.monotonic() - started < 45  # the drain's 30 s, not the worker's unload wait too
+    wait_for(lambda: not alive(pid), what="the hung worker to be killed")
+    assert server.stop() == 0

@@ -47,3 +47,7 @@ def test_worker_settings():
         worker_settings(config(worker_run_timeout_s="0"))
     with pytest.raises(InvalidArgument, match="worker_max_restarts must be a non-negative"):
         worker_settings(config(worker_max_restarts="-1"))
+    for text in ("nan", "inf", "soon"):
+        with pytest.raises(InvalidArgument, match="worker_run_timeout_s"):
+            worker_settings(config(worker_run_timeout_s=text))
+    assert worker_settings(config(worker_load_timeout_s="30")).load_timeout_s == 30

@@ -4,7 +4,7 @@ import pytest
 
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
-from gateway.repository import versions_to_load
+from gateway.model_dirs import versions_to_load
 
 
 def policy(text: str) -> mc.ModelConfig:
