@@ -63,6 +63,23 @@ def check_datatype(datatype: str, where: str) -> str:
     return datatype
 
 
+MAX_DIMS = 64  # numpy's limit
+MAX_ELEMENTS = 2**62 // 16  # so that no element count times an item size overflows int64
+
+
+def check_shape(shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+    """A shape numpy can hold: at most 64 dimensions, and (ignoring zero dimensions, which
+    make an empty tensor) no more elements than an int64 byte count can address."""
+    if len(shape) > MAX_DIMS:
+        raise InvalidArgument(f"{where}: shape has {len(shape)} dimensions, at most {MAX_DIMS}")
+    count = 1
+    for dim in shape:
+        count *= dim or 1
+        if count > MAX_ELEMENTS:
+            raise InvalidArgument(f"{where}: shape {list(shape)} is too large")
+    return shape
+
+
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
     count = 1
     for dim in shape:

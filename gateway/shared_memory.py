@@ -1,16 +1,18 @@
 """System shared-memory regions (the V2 `system_shared_memory` extension), transport-free.
 
 A client creates a POSIX shared-memory object, registers a window of it under a name, then
-names that window in infer requests instead of sending tensor bytes: inputs become numpy
-views of the mapping (no copy) and outputs are written straight into it. Only plain objects
-under /dev/shm can be mapped, never another file.
+names that window in infer requests instead of sending tensor bytes: inputs are read from
+it and outputs written into it, one copy each, with pread/pwrite on the object's file
+descriptor. Not mapped: the client may shrink its object at any time, and touching a
+mapping past the end of its file raises SIGBUS, which would kill the server; a short
+read is a 400 instead. Only plain objects under /dev/shm can be opened, never another file.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
+import errno
 import os
+import resource
 import stat
 import threading
 from collections.abc import Callable
@@ -20,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from accel_base.datatypes import WIRE_DTYPES, deserialize_bytes, element_count, serialize_bytes
-from accel_base.errors import InvalidArgument, PermissionDenied
+from accel_base.errors import InvalidArgument, PermissionDenied, Unavailable
 from gateway.inference import InferResponse, RequestedOutput, Tensor
 
 SHM_DIR = "/dev/shm"
-MAX_REGIONS = 1024  # each region holds one mapping and one file descriptor
+# Each region holds a file descriptor: leave most of the process's for connections.
+MAX_REGIONS = max(16, min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4))
 MAX_NAME = 255  # NAME_MAX: no longer key can exist, and names are echoed in errors
 # Names and keys come from clients, so errors show them with !r: text that the JSON
 # encoder refuses (a lone surrogate) then never reaches an error body.
@@ -46,25 +49,41 @@ class Region:
 
     def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
         self.name, self.key, self.offset, self.byte_size = name, key, offset, byte_size
-        # mmap offsets must be page-aligned: map from the page holding `offset`.
-        page = offset - offset % mmap.ALLOCATIONGRANULARITY
-        self._map = mmap.mmap(fd, offset + byte_size - page, offset=page)
-        self._start = offset - page
+        self._fd = fd  # owned: closed when the region is released
         self.writers = 0  # requests that will still write outputs here
-        self.retired = False  # unregistered; unmapped once nobody uses it
+        self.retired = False  # unregistered; closed once nobody uses it
 
-    def view(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
-        """A numpy view of `count` elements at `offset` in the window (no copy)."""
-        return np.frombuffer(self._map, dtype=dtype, count=count, offset=self._start + offset)
+    def read(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
+        """A copy of `count` elements at `offset` in the window."""
+        array = np.empty(count, dtype)
+        buffer = array.view(np.uint8)
+        done = 0
+        while done < buffer.size:
+            got = os.preadv(self._fd, [buffer[done:]], self.offset + offset + done)
+            if got == 0:
+                raise InvalidArgument(
+                    f"region {self.name!r}: shared-memory key {self.key!r} ends before "
+                    f"{self.offset + offset + buffer.size} bytes; was it truncated?"
+                )
+            done += got
+        return array
+
+    def write(self, data: np.ndarray, offset: int) -> None:
+        """Write the bytes of a contiguous array at `offset` in the window."""
+        buffer = data.reshape(-1).view(np.uint8)
+        done = 0
+        try:
+            while done < buffer.size:
+                done += os.pwritev(self._fd, [buffer[done:]], self.offset + offset + done)
+        except OSError as exc:  # ENOSPC: /dev/shm is full
+            raise Unavailable(f"cannot write into region {self.name!r}: {exc.strerror}") from None
 
     def release(self) -> None:
-        """Unmap now if nothing uses the mapping, else leave it to the last user."""
-        if self.writers:
+        """Close now if no request will still write here, else leave it to the last one."""
+        if self.writers or self._fd < 0:
             return
-        # BufferError: input views of a request in flight still export the buffer; the
-        # mapping goes when the last of them is freed (numpy holds a reference to it).
-        with contextlib.suppress(BufferError):
-            self._map.close()
+        os.close(self._fd)
+        self._fd = -1
 
     def status(self) -> dict[str, Any]:
         keys = ("name", "key", "offset", "byte_size")
@@ -150,6 +169,8 @@ class SharedMemoryRegistry:
         try:
             fd = os.open(path, flags)
         except OSError as exc:  # the key's text was checked above, so no ValueError here
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise Unavailable(f"cannot open more files to register {name!r}") from None
             raise InvalidArgument(
                 f"cannot open shared-memory key {key!r} for region {name!r}: {exc.strerror} "
                 "(create it with shm_open before registering)"
@@ -163,16 +184,14 @@ class SharedMemoryRegistry:
                     f"region {name!r}: offset {offset} + byte_size {byte_size} is beyond the "
                     f"{info.st_size} bytes of shared-memory key {key!r}"
                 )
-            try:
-                return Region(name, key, offset, byte_size, fd)
-            except (OSError, ValueError) as exc:
-                raise InvalidArgument(f"cannot map region {name!r}: {exc}") from None
-        finally:
-            os.close(fd)  # the mapping keeps its own descriptor
+        except BaseException:
+            os.close(fd)
+            raise
+        return Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str = "") -> None:
         """Unregister one region, or every one when `name` is empty; unknown names are a
-        no-op, as in Triton. A request still using a region keeps its mapping until done."""
+        no-op, as in Triton. A request that will still write into a region keeps it open."""
         with self._lock:
             if name:
                 regions = [r for r in (self._regions.pop(name, None),) if r is not None]
@@ -216,23 +235,20 @@ class SharedMemoryRegistry:
     def input_array(
         self, where: str, datatype: str, shape: tuple[int, ...], parameters: dict[str, Any]
     ) -> np.ndarray:
-        """An input tensor read from its region: a read-only view for fixed-size types,
-        parsed elements for BYTES (the region holds the length-prefixed serialization)."""
+        """An input tensor read from its region (a copy), parsed elements for BYTES (the
+        region holds the length-prefixed serialization)."""
         region, offset, size = self._locate(where, parameters)
         count = element_count(shape)
         if datatype == "BYTES":
-            return deserialize_bytes(region.view(np.uint8, size, offset), count, where).reshape(
-                shape
-            )
+            blob = region.read(np.dtype(np.uint8), size, offset)
+            return deserialize_bytes(blob, count, where).reshape(shape)
         wire = WIRE_DTYPES[datatype]
         if size != count * wire.itemsize:
             raise InvalidArgument(
                 f"{where}: {BYTE_SIZE} is {size} but {datatype} shape {list(shape)} needs "
                 f"{count * wire.itemsize} bytes"
             )
-        array = region.view(wire, count, offset).reshape(shape)
-        array.flags.writeable = False  # the client's memory: a backend must not write to it
-        return array
+        return region.read(wire, count, offset).reshape(shape)
 
     def output_targets(self, outputs: list[RequestedOutput]) -> dict[str, OutputTarget]:
         """The regions that requested outputs go to, checked before the model runs. Each
@@ -277,14 +293,14 @@ def _write(target: OutputTarget, tensor: Tensor) -> None:
     where = f"output '{tensor.name}'"
     data = tensor.data
     if tensor.datatype == "BYTES":
-        blob = serialize_bytes(data)
-        _check_fits(target, where, len(blob))
-        target.region.view(np.uint8, len(blob), target.offset)[:] = np.frombuffer(blob, np.uint8)
+        blob = np.frombuffer(serialize_bytes(data), np.uint8)
+        _check_fits(target, where, blob.size)
+        target.region.write(blob, target.offset)
         return
     wire = WIRE_DTYPES[tensor.datatype]
     _check_fits(target, where, data.size * wire.itemsize)
-    destination = target.region.view(wire, data.size, target.offset).reshape(data.shape)
-    np.copyto(destination, data, casting="unsafe")  # the same conversion as to_raw's astype
+    # The same conversion as to_raw's astype; no copy when the output is already wire-ready.
+    target.region.write(np.ascontiguousarray(data, dtype=wire), target.offset)
 
 
 def _check_fits(target: OutputTarget, where: str, needed: int) -> None:

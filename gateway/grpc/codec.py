@@ -11,7 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from accel_base.datatypes import NUMPY_DTYPES, check_datatype, element_count, from_raw, to_raw
+from accel_base.datatypes import (
+    NUMPY_DTYPES,
+    check_datatype,
+    check_shape,
+    element_count,
+    from_raw,
+    to_raw,
+)
 from accel_base.errors import InvalidArgument
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.proto import grpc_service_pb2 as pb
@@ -92,6 +99,7 @@ def decode_request(
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidArgument(f"{where}: shape {list(shape)} has a negative dimension")
+        check_shape(shape, where)
         parameters = _parameters(tensor.parameters)
         if SHM_REGION in parameters:
             if tensor.HasField("contents"):

@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from accel_base.datatypes import NUMPY_DTYPES, check_datatype, element_count, from_raw, to_raw
+from accel_base.datatypes import (
+    NUMPY_DTYPES,
+    check_datatype,
+    check_shape,
+    element_count,
+    from_raw,
+    to_raw,
+)
 from accel_base.errors import InvalidArgument
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.shared_memory import REGION as SHM_REGION
@@ -47,7 +54,7 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
         raise InvalidArgument(
             f"{where}: 'shape' must be a list of non-negative integers, got {value!r}"
         )
-    return tuple(value)
+    return check_shape(tuple(value), where)
 
 
 def decode_request(

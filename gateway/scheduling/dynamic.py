@@ -147,11 +147,13 @@ class DynamicBatcher:
                 self._arrival.clear()
                 await self._arrival.wait()  # try again with the next request, not in a spin
                 continue
-            for pending in send.requests:
-                self.queue.remove(pending)
+            for queued in send.requests:
+                self.queue.remove(queued)
             task = asyncio.get_running_loop().create_task(self._execute(instance, send))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+            # Waiting for the next instance must not keep this batch's tensors alive.
+            del send, task, instance, queued
 
     async def _acquire(self) -> Any:
         """Wait for an instance (a worker may be restarting), rejecting queued requests

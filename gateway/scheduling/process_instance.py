@@ -156,6 +156,11 @@ class ProcessInstance:
             if reply is not None and not reply.done():
                 reply.set_exception(_as_gateway_error(self.model, exc))
             return
+        except Exception as exc:  # e.g. no memory to map a grown arena: never lose the batch
+            self._reply = reply
+            self._kill_reason = f"sent a reply the gateway could not take ({exc}) and was killed"
+            worker.kill()  # its socket closes: the next callback restarts it
+            return
         if reply is not None and not reply.done():
             reply.set_result(result)
 

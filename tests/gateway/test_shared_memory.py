@@ -3,7 +3,6 @@ unregistering a region that a request still uses."""
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
 import uuid
@@ -51,10 +50,17 @@ def params(region: str, size: int, offset: int = 0) -> dict:
     return {REGION: region, BYTE_SIZE: size, **({OFFSET: offset} if offset else {})}
 
 
-def mapped(key: str) -> int:
-    """How many mappings of this shm object the test process holds (the client's included)."""
-    with open("/proc/self/maps") as maps:
-        return sum(line.rstrip().endswith(SHM + key) for line in maps)
+def open_descriptors(key: str) -> int:
+    """How many file descriptors of this process point at the shm object, besides the one
+    that the test's own (client's) mapping keeps."""
+    target = SHM + key
+    count = 0
+    for entry in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{entry}") == target
+        except OSError:
+            continue
+    return count - 1
 
 
 def test_register_status_unregister(registry, shm_object):
@@ -75,7 +81,7 @@ def test_unregister_all(registry, shm_object):
     registry.register("b", key, 32, 32)
     registry.unregister()
     assert registry.status() == []
-    assert mapped(key) == 1  # only the client's own mapping is left
+    assert open_descriptors(key) == 0  # both regions closed
 
 
 def test_off_by_default_refuses_with_the_flag(shm_object):
@@ -146,15 +152,28 @@ def test_duplicate_name_and_region_limit(shm_object):
     registry.unregister()
 
 
-def test_input_is_a_read_only_view_of_the_region(registry, shm_object):
+def test_input_is_read_from_the_region(registry, shm_object):
     key, client = shm_object(4096)
     client[16:32] = np.arange(4, dtype="<f4").tobytes()
     registry.register("r", key, 0, 4096)
     array = registry.input_array("input 'x'", "FP32", (2, 2), params("r", 16, 16))
     assert array.tolist() == [[0, 1], [2, 3]]
-    client[16:20] = np.float32(42).tobytes()  # the client writes: the view sees it, no copy
-    assert array[0, 0] == 42
-    assert not array.flags.writeable
+    client[16:20] = np.float32(42).tobytes()  # a copy: the request keeps what it was sent
+    assert array[0, 0] == 0
+
+
+def test_a_truncated_object_is_a_400_not_a_crash(registry, shm_object):
+    """A mapping read past the end of a shrunk file raises SIGBUS; a read does not."""
+    key, client = shm_object(4096)
+    registry.register("r", key, 0, 4096)
+    os.truncate(SHM + key, 0)
+    with pytest.raises(InvalidArgument, match="ends before .* was it truncated"):
+        registry.input_array("input 'x'", "FP32", (4,), params("r", 16, 64))
+    targets = registry.output_targets([RequestedOutput("y", params("r", 16))])
+    response = InferResponse("m", "1", outputs=[Tensor("y", "FP32", np.ones(4, np.float32))])
+    registry.write_outputs(targets, response)  # a write past the end grows the file instead
+    registry.release_targets(targets)
+    assert os.path.getsize(SHM + key) == 16
 
 
 @pytest.mark.parametrize(
@@ -210,17 +229,15 @@ def test_output_written_and_too_small_named(registry, shm_object):
         registry.output_targets([RequestedOutput("y", params("gone", 4))])
 
 
-def test_unregister_while_an_input_view_is_in_use(registry, shm_object):
+def test_unregister_closes_the_object(registry, shm_object):
     key, client = shm_object(64)
     client[:4] = np.int32(7).tobytes()
     registry.register("r", key, 0, 64)
+    assert open_descriptors(key) == 1
     array = registry.input_array("input 'x'", "INT32", (1,), params("r", 4))
-    registry.unregister("r")  # mmap.close() would raise BufferError here; it must not
-    assert array[0] == 7  # still mapped for the request that holds it
-    assert mapped(key) == 2
-    del array
-    gc.collect()
-    assert mapped(key) == 1  # unmapped with the last view
+    registry.unregister("r")
+    assert open_descriptors(key) == 0
+    assert array[0] == 7
 
 
 def test_unregister_between_check_and_write(registry, shm_object):
@@ -232,4 +249,4 @@ def test_unregister_between_check_and_write(registry, shm_object):
     registry.write_outputs(targets, InferResponse("m", "1", outputs=[Tensor("y", "FP32", data)]))
     registry.release_targets(targets)
     assert np.frombuffer(client, "<f4", 2).tolist() == [1.5, -2.0]
-    assert mapped(key) == 1  # the region was unmapped once its last writer finished
+    assert open_descriptors(key) == 0  # closed once its last writer finished
