@@ -57,3 +57,13 @@ def test_datatype_of():
     assert datatype_of(np.array([b"a"], dtype=object)) == "BYTES"
     with pytest.raises(InvalidArgument):
         datatype_of(np.zeros(1, np.complex64))
+
+
+def test_check_shape_refuses_what_numpy_cannot_hold():
+    from accel_base.datatypes import check_shape
+
+    assert check_shape((2, 0, 3), "input 'x'") == (2, 0, 3)
+    with pytest.raises(InvalidArgument, match="input 'x': shape \\[4611686018427387904, 0\\]"):
+        check_shape((2**62, 0), "input 'x'")
+    with pytest.raises(InvalidArgument, match="65 dimensions, at most 64"):
+        check_shape((1,) * 65, "input 'x'")
