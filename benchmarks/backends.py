@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from backends import Device, backend_class
-from benchmarks.perf import perf_analyzer, pin_to, rate
+from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to, rate
 from gateway.launch import start_gateway
 from gateway.model import artifact_path
 from gateway.model_config import platform_of, read_config
@@ -53,9 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     installed = [m for m, module in MODELS.items() if importlib.util.find_spec(module)]
     parser.add_argument("--models", nargs="+", default=installed, choices=list(MODELS))
-    parser.add_argument("--measurement-ms", type=int, default=3000)
-    parser.add_argument("--server-core", type=int, default=0)
-    parser.add_argument("--client-core", type=int, default=1)
+    add_run_arguments(parser)
     args = parser.parse_args()
 
     repository = ensure_example_repository()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import subprocess
@@ -21,6 +22,13 @@ class Measurement:
     throughput: float  # infer/s
     p50_us: float
     p99_us: float
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every serving benchmark takes: measurement window and the two cores."""
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument("--client-core", type=int, default=1)
 
 
 def pin_to(core: int) -> None:

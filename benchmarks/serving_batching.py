@@ -20,7 +20,7 @@ import numpy as np
 
 from backends.base import Device
 from backends.onnx_runtime import OnnxRuntimeBackend
-from benchmarks.perf import Measurement, perf_analyzer, pin_to, print_table, rate
+from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to, print_table, rate
 from gateway.launch import start_gateway
 from gateway.model_config import read_config
 from models.mlp import write_mlp
@@ -62,9 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["mlp", "mlp_wide"], choices=HIDDEN)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--measurement-ms", type=int, default=3000)
-    parser.add_argument("--server-core", type=int, default=0)
-    parser.add_argument("--client-core", type=int, default=1)
+    add_run_arguments(parser)
     args = parser.parse_args()
 
     for model in args.models:

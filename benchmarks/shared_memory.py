@@ -27,7 +27,7 @@ import numpy as np
 
 from backends.base import Device
 from backends.onnx_runtime import OnnxRuntimeBackend
-from benchmarks.perf import Measurement, perf_analyzer, pin_to, print_table, rate
+from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to, print_table, rate
 from gateway.launch import start_gateway
 from gateway.model_config import read_config
 from models.identity import build_one
@@ -59,9 +59,7 @@ def in_process_floor(model_dir: Path, core: int, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--measurement-ms", type=int, default=3000)
-    parser.add_argument("--server-core", type=int, default=0)
-    parser.add_argument("--client-core", type=int, default=1)
+    add_run_arguments(parser)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,7 +26,7 @@ import numpy as np
 
 from backends.base import Device
 from backends.onnx_runtime import OnnxRuntimeBackend
-from benchmarks.perf import Measurement, perf_analyzer, pin_to, print_table, rate
+from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to, print_table, rate
 from gateway.launch import start_gateway
 from gateway.model_config import read_config
 from models.mlp import write_mlp
@@ -134,9 +134,7 @@ def batched_wide(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--measurement-ms", type=int, default=3000)
-    parser.add_argument("--server-core", type=int, default=0)
-    parser.add_argument("--client-core", type=int, default=1)
+    add_run_arguments(parser)
     parser.add_argument("--skip-wide", action="store_true", help="only the hand-off cost")
     args = parser.parse_args()
     hand_off(args)
