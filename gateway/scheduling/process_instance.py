@@ -109,15 +109,16 @@ class ProcessInstance:
                 "it is restarting, retry shortly"
             ) from None
         recent = self.recent_run_ns
-        # Short runs: wait here (bounded), as a thread instance runs them inline.
-        short = recent is not None and recent < self._inline_limit_ns
-        if short and worker.wait_readable(max(4 * recent, 1_000_000) / 1e9):  # type: ignore[operator]
+        if recent is not None and recent < self._inline_limit_ns:
+            # Short runs: wait here (bounded), as a thread instance runs them inline.
             try:
-                return self._ran(worker.take_reply())
+                result = worker.reply_within(4 * recent / 1e9)
             except WorkerError as exc:
                 raise _as_gateway_error(self.model, exc) from None
             except WorkerGone:
-                pass  # the reader callback sees the end of the socket too
+                result = None  # the reader callback sees the end of the socket too
+            if result is not None:
+                return self._ran(result)
         self._reply = reply = loop.create_future()
         self.running = reply
         # The timeout belongs to the batch, not to its caller, who may be cancelled first.
