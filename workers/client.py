@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accel_base.datatypes import element_count
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device, TensorSpec
 from workers import protocol
@@ -133,23 +134,21 @@ class WorkerProcess:
     def stage(self, specs: list[tuple[str, tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
         """Arrays for the next batch's inputs, inside the input arena (BYTES outside it):
         a batch merged straight into them crosses to the worker without another copy."""
-        offsets, end = {}, 0
+        placed, end = [], 0  # (name, shape, dtype, element count, offset) in the arena
         for name, shape, dtype in specs:
             if dtype != np.object_:
-                offsets[name] = end
-                end = aligned(end + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+                count = element_count(shape)
+                placed.append((name, shape, dtype, count, end))
+                end = aligned(end + count * dtype.itemsize)
         arena = self._input_arena(end)
-        staged = {}
         self._staged = {}
-        for name, shape, dtype in specs:
-            if name not in offsets:
-                staged[name] = np.empty(shape, dtype)
-                continue
-            count = int(np.prod(shape, dtype=np.int64))
-            view = np.frombuffer(arena.buffer, dtype, count, offsets[name]).reshape(shape)
-            staged[name] = view
-            self._staged[name] = (view, offsets[name])
-        return staged
+        for name, shape, dtype, count, offset in placed:
+            view = np.frombuffer(arena.buffer, dtype, count, offset).reshape(shape)
+            self._staged[name] = (view, offset)
+        return {
+            name: self._staged[name][0] if name in self._staged else np.empty(shape, dtype)
+            for name, shape, dtype in specs
+        }
 
     def send_run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> None:
         staged, self._staged = self._staged, {}
@@ -196,7 +195,10 @@ class WorkerProcess:
 
         One blocking receive with a kernel timeout (SO_RCVTIMEO) rather than a poll and then
         a receive: a system call less on every short batch."""
+        # Rounded down to a power of two, so that the timeout (which follows a moving
+        # average) changes, and costs a setsockopt, only when the run time moves a lot.
         timeout_us = max(int(timeout_s * 1e6), 1000)  # 0 would mean "wait for ever"
+        timeout_us = max(1 << (timeout_us.bit_length() - 1), 1000)
         if timeout_us != self._receive_timeout_us:
             timeval = struct.pack("ll", timeout_us // 1_000_000, timeout_us % 1_000_000)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
+from backends.parameters import string_parameter
 
 # Allocators that grow on demand instead of taking (nearly) all of a GPU at start, so
 # that several workers can share one GPU.
@@ -47,8 +48,8 @@ def worker_environment(
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         worker_device = device
-    threads = config.parameters.get("intra_op_thread_count")
-    if threads is not None and threads.string_value.strip().isdigit():
+    threads = (string_parameter(config, "intra_op_thread_count") or "").strip()
+    if threads.isdigit():
         for key in _THREAD_VARIABLES:
-            env[key] = threads.string_value.strip()
+            env[key] = threads
     return env, worker_device

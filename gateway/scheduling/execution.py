@@ -30,6 +30,7 @@ from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends import backend_class
 from backends.base import Device
+from backends.parameters import string_parameter
 from gateway.scheduling.process_instance import WorkerSettings
 from workers.client import LoadedModel, WorkerProcess
 from workers.environment import worker_environment
@@ -41,8 +42,8 @@ THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime"})
 
 
 def _parameter(config: mc.ModelConfig, key: str) -> str | None:
-    entry = config.parameters.get(key)
-    return entry.string_value.strip() if entry is not None else None
+    value = string_parameter(config, key)
+    return value.strip() if value is not None else None
 
 
 def execution_mode(config: mc.ModelConfig, platform: str, device: Device) -> str:

@@ -40,6 +40,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def inline_limit_ns(single_core: bool) -> int:
+    """Runs whose moving average is below this are waited for on the event loop itself."""
+    return INLINE_BELOW_NS_SINGLE_CORE if single_core else INLINE_BELOW_NS
+
+
+def moving_average(previous: float | None, run_ns: int) -> float:
+    """The recent run time, updated with one more run (the first run sets it)."""
+    return run_ns if previous is None else 0.8 * previous + 0.2 * run_ns
+
+
 class Instance:
     def __init__(self, backend: Backend, name: str, cores: int | None = None) -> None:
         self.backend = backend
@@ -58,7 +68,7 @@ class Instance:
     def runs_inline(self) -> bool:
         if not self._inline_capable:
             return False
-        limit = INLINE_BELOW_NS_SINGLE_CORE if self._single_core else INLINE_BELOW_NS
+        limit = inline_limit_ns(self._single_core)
         return self.recent_run_ns is not None and self.recent_run_ns < limit
 
     async def run(
@@ -72,8 +82,7 @@ class Instance:
             self.running = loop.run_in_executor(self._thread, self._timed_run, inputs, output_names)
             # shield: a cancelled caller must not cancel the bookkeeping of a run in progress.
             outputs, run_ns = await asyncio.shield(self.running)
-        previous = self.recent_run_ns
-        self.recent_run_ns = run_ns if previous is None else 0.8 * previous + 0.2 * run_ns
+        self.recent_run_ns = moving_average(self.recent_run_ns, run_ns)
         return outputs, run_ns
 
     def _timed_run(

@@ -40,10 +40,9 @@ class InstancePool:
         return None
 
     async def acquire(self) -> Any:
-        while self._idle and not self._waiters:
-            instance = self._idle.popleft()
-            if self._usable(instance):
-                return instance
+        instance = self.try_acquire()
+        if instance is not None:
+            return instance
         if all(i.retired for i in self.instances):
             raise self._retired_error()
         waiter: asyncio.Future = asyncio.get_running_loop().create_future()

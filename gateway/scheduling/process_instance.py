@@ -24,7 +24,7 @@ import numpy as np
 
 from accel_base import errors
 from accel_base.batch import Allocator
-from gateway.scheduling.instances import INLINE_BELOW_NS, INLINE_BELOW_NS_SINGLE_CORE
+from gateway.scheduling.instances import inline_limit_ns, moving_average
 from workers.client import LoadedModel, WorkerError, WorkerGone, WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class ProcessInstance:
         self.model = model
         self._spawn = spawn
         self.settings = settings
-        self._inline_limit_ns = INLINE_BELOW_NS_SINGLE_CORE if single_core else INLINE_BELOW_NS
+        self._inline_limit_ns = inline_limit_ns(single_core)
         self._starting: WorkerProcess | None = None  # a worker still loading (close kills it)
         self._closed = False
         self.worker: WorkerProcess | None
@@ -129,8 +129,7 @@ class ProcessInstance:
 
     def _ran(self, result: tuple[dict[str, np.ndarray], int]) -> tuple[dict[str, np.ndarray], int]:
         run_ns = result[1]
-        previous = self.recent_run_ns
-        self.recent_run_ns = run_ns if previous is None else 0.8 * previous + 0.2 * run_ns
+        self.recent_run_ns = moving_average(self.recent_run_ns, run_ns)
         self.crashes = 0
         return result
 
