@@ -9,6 +9,10 @@ perf_analyzer runs on the other core over HTTP with binary tensors.
 - Hand-off cost: `mlp` (784 -> 1024 -> 1024 -> 10) without dynamic batching, one
   request at a time (concurrency 1) of batch 1 and of batch 32. The figure is the p50
   latency a process instance adds per batch; the goal is at most 30 us.
+- The same cost without HTTP: the backend called in-process against one worker process
+  driven through workers.client, on one core, p50 of single calls. Its floor is the
+  least any worker can add: a second process that runs the same ONNX session after
+  receiving a one-line message and answers with one (a bare socket round trip).
 - Batched throughput: `mlp_wide` (8192-wide hidden layers, ~294 MB) with dynamic
   batching at concurrency 64; the goal is a process at least 0.95 of a thread.
 
@@ -19,7 +23,12 @@ in-process on one thread at the same batch size (rows per second).
 from __future__ import annotations
 
 import argparse
+import marshal
+import os
+import socket
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +39,8 @@ from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_t
 from gateway.launch import start_gateway
 from gateway.model_config import read_config
 from models.mlp import write_mlp
+from workers.client import WorkerProcess
+from workers.environment import worker_environment
 
 EXECUTIONS = ("thread", "process")
 
@@ -132,11 +143,81 @@ def batched_wide(args: argparse.Namespace) -> None:
     )
 
 
+def p50_us(call: Callable[[], object], calls: int = 3000) -> float:
+    for _ in range(calls // 10):
+        call()
+    times = []
+    for _ in range(calls):
+        began = time.perf_counter_ns()
+        call()
+        times.append(time.perf_counter_ns() - began)
+    return sorted(times)[calls // 2] / 1e3
+
+
+def bare_worker_us(artifact: Path, config, feed: dict[str, np.ndarray]) -> float:
+    """p50 of a round trip to a forked process that runs the session on a short message."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # the child: no gateway code, only the session and the socket
+        ours.close()
+        backend = OnnxRuntimeBackend(artifact, config, Device())
+        while message := theirs.recv(4096):
+            marshal.loads(message)
+            backend.run(feed, ["OUTPUT0"])
+            theirs.send(marshal.dumps(("ran", 0)))
+        os._exit(0)
+    theirs.close()
+    request = marshal.dumps(("run", [("INPUT0", "<f4", feed["INPUT0"].shape, 0, 0)]))
+
+    def round_trip() -> None:
+        ours.send(request)
+        marshal.loads(ours.recv(4096))
+
+    try:
+        return p50_us(round_trip)
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
+
+
+def direct_hand_off(args: argparse.Namespace) -> None:
+    pin_to(args.server_core)  # this process and the worker it starts share one core
+    with tempfile.TemporaryDirectory() as tmp:
+        repository = Path(tmp)
+        write_mlp(repository, "mlp", 1024, dynamic_batching=False, intra_op_threads=1)
+        config = read_config(repository / "mlp")
+        artifact = repository / "mlp" / "1" / "model.onnx"
+        env, device = worker_environment(config, Device(), os.getpid())
+        worker = WorkerProcess("mlp-benchmark", env)
+        worker.load("onnxruntime_onnx", artifact, config, device, 120)
+        backend = OnnxRuntimeBackend(artifact, config, Device())
+        print("\nmlp without HTTP, one core, p50 of single calls (us)")
+        print(f"{'batch':>5} {'in-process':>11} {'bare worker':>12} {'our worker':>11} "
+              f"{'added (floor)':>14}")  # fmt: skip
+        try:
+            for batch in (1, 32):
+                feed = {"INPUT0": np.random.default_rng(0).random((batch, 784), dtype=np.float32)}
+
+                def through_worker(feed: dict[str, np.ndarray] = feed) -> None:
+                    worker.send_run(feed, ["OUTPUT0"])
+                    assert worker.reply_within(10.0) is not None
+
+                alone = p50_us(lambda feed=feed: backend.run(feed, ["OUTPUT0"]))
+                bare = bare_worker_us(artifact, config, feed)
+                ours = p50_us(through_worker)
+                print(f"{batch:>5} {alone:>11.0f} {bare:>12.0f} {ours:>11.0f} "
+                      f"{ours - alone:>+8.0f} ({bare - alone:+.0f})")  # fmt: skip
+        finally:
+            worker.unload(10)
+            backend.unload()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(parser)
     parser.add_argument("--skip-wide", action="store_true", help="only the hand-off cost")
     args = parser.parse_args()
+    direct_hand_off(args)
     hand_off(args)
     if not args.skip_wide:
         batched_wide(args)

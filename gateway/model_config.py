@@ -29,7 +29,6 @@ _PLATFORM_BY_ARTIFACT = {
 }
 
 
-
 class ConfigError(InvalidArgument):
     """A model's configuration is unreadable or inconsistent; the message names the field."""
 

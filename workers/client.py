@@ -8,11 +8,8 @@ import contextlib
 import math
 import select
 import signal
-import socket
-import struct
 import subprocess
 import sys
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +44,19 @@ class LoadedModel:
     memory_bytes: int
 
 
+MAX_LAYOUTS = 64  # input shapes whose places in the arena are remembered
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where one batch's fixed-size inputs sit in the input arena."""
+
+    views: dict[str, np.ndarray]  # by input name
+    descriptors: list[protocol.Descriptor]
+    end: int  # the first byte after them
+    loose: tuple[str, ...]  # the BYTES inputs, written after `end` for each batch
+
+
 class WorkerProcess:
     def __init__(self, name: str, env: dict[str, str]) -> None:
         self.name = name
@@ -67,10 +77,11 @@ class WorkerProcess:
             child.close()
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
-        self._receive_timeout_us = 0  # SO_RCVTIMEO as last set (0: none)
         self.inputs: Arena | None = None
         self._send_inputs_fd = False
-        self._staged: dict[str, tuple[np.ndarray, int]] = {}  # name -> (view, offset)
+        self._layouts: dict[tuple, _Layout] = {}  # by the inputs' (name, shape, dtype)
+        # The arrays stage() gave out for the next run, and where they are.
+        self._staged: tuple[dict[str, np.ndarray], _Layout] | None = None
         self.outputs: Arena | None = None
         self.leases = OutputLeases()
 
@@ -133,43 +144,64 @@ class WorkerProcess:
 
     def stage(self, specs: list[tuple[str, tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
         """Arrays for the next batch's inputs, inside the input arena (BYTES outside it):
-        a batch merged straight into them crosses to the worker without another copy."""
-        placed, end = [], 0  # (name, shape, dtype, element count, offset) in the arena
+        a batch merged straight into them crosses to the worker without another copy.
+        send_run() given this very dict sends the arrays in place; keep them in it."""
+        layout = self._layout(specs)
+        arrays = dict(layout.views)
         for name, shape, dtype in specs:
-            if dtype != np.object_:
-                count = element_count(shape)
-                placed.append((name, shape, dtype, count, end))
-                end = aligned(end + count * dtype.itemsize)
-        arena = self._input_arena(end)
-        self._staged = {}
-        for name, shape, dtype, count, offset in placed:
-            view = np.frombuffer(arena.buffer, dtype, count, offset).reshape(shape)
-            self._staged[name] = (view, offset)
-        return {
-            name: self._staged[name][0] if name in self._staged else np.empty(shape, dtype)
-            for name, shape, dtype in specs
-        }
+            if dtype.hasobject:
+                arrays[name] = np.empty(shape, dtype)
+        self._staged = (arrays, layout)
+        return arrays
+
+    def _layout(self, specs: list[tuple[str, tuple[int, ...], np.dtype]]) -> _Layout:
+        """Where inputs of these shapes sit in the arena; remembered, as most batches have
+        the shapes of one before them and views cost microseconds to make."""
+        key = tuple(specs)
+        layout = self._layouts.get(key)
+        if layout is not None:
+            return layout
+        placed, end, loose = [], 0, []  # (name, shape, dtype, nbytes, offset) in the arena
+        for name, shape, dtype in specs:
+            if dtype.hasobject:
+                loose.append(name)
+            else:
+                nbytes = element_count(shape) * dtype.itemsize
+                placed.append((name, shape, dtype, nbytes, end))
+                end = aligned(end + nbytes)
+        arena = self._input_arena(end)  # a new arena forgets every layout
+        views, descriptors = {}, []
+        for name, shape, dtype, nbytes, offset in placed:
+            count = nbytes // dtype.itemsize
+            views[name] = np.frombuffer(arena.buffer, dtype, count, offset).reshape(shape)
+            descriptors.append((name, dtype.str, shape, offset, nbytes))
+        if len(self._layouts) >= MAX_LAYOUTS:
+            self._layouts.clear()
+        layout = self._layouts[key] = _Layout(views, descriptors, end, tuple(loose))
+        return layout
 
     def send_run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> None:
-        staged, self._staged = self._staged, {}
-        descriptors: list[protocol.Descriptor] = []
-        loose: dict[str, np.ndarray] = {}
-        for name, array in inputs.items():
-            entry = staged.get(name)
-            if entry is not None and entry[0] is array:
-                descriptors.append((name, array.dtype.str, array.shape, entry[1], array.nbytes))
-            else:
-                loose[name] = array
-        start = max((offset + view.nbytes for view, offset in staged.values()), default=0)
-        arena = self._input_arena(start)
-        if loose:
-            placed = protocol.write_tensors(arena.buffer, loose, start, arena.size)
+        staged, self._staged = self._staged, None
+        if staged is not None and staged[0] is inputs:  # merged into the staged arrays
+            layout = staged[1]
+        else:  # copied into the arena now: the one copy on the way to the worker
+            layout = self._layout(
+                [(name, array.shape, array.dtype) for name, array in inputs.items()]
+            )
+            for name, view in layout.views.items():
+                view[...] = inputs[name]
+        descriptors = layout.descriptors
+        if layout.loose:  # BYTES, in their wire form after the fixed-size inputs
+            loose = {name: inputs[name] for name in layout.loose}
+            arena = self._input_arena(layout.end)
+            placed = protocol.write_tensors(arena.buffer, loose, layout.end, arena.size)
             if isinstance(placed, int):  # a bigger arena, and everything written into it
-                arena = self._input_arena(start + placed, replace=True)
-                descriptors = []
+                arena = self._input_arena(layout.end + placed, replace=True)
                 placed = protocol.write_tensors(arena.buffer, dict(inputs), 0, arena.size)
                 assert not isinstance(placed, int)
-            descriptors += placed[0]
+                descriptors = placed[0]
+            else:
+                descriptors = descriptors + placed[0]
         assert self.inputs is not None and self.outputs is not None
         start, limit = self.leases.window(self.outputs.size)
         message = ("run", descriptors, output_names, start, limit, self.inputs.size)
@@ -182,6 +214,7 @@ class WorkerProcess:
             old = self.inputs
             self.inputs = Arena(grown_size(needed, old.size if old else 0), name=self.name)
             self._send_inputs_fd = True
+            self._layouts.clear()
             if old is not None:
                 old.close()
         return self.inputs
@@ -193,20 +226,11 @@ class WorkerProcess:
     def reply_within(self, timeout_s: float) -> tuple[dict[str, np.ndarray], int] | None:
         """take_reply() if the reply comes within `timeout_s`, else None (it may come later).
 
-        One blocking receive with a kernel timeout (SO_RCVTIMEO) rather than a poll and then
-        a receive: a system call less on every short batch."""
-        # Rounded down to a power of two, so that the timeout (which follows a moving
-        # average) changes, and costs a setsockopt, only when the run time moves a lot.
-        timeout_us = max(int(timeout_s * 1e6), 1000)  # 0 would mean "wait for ever"
-        timeout_us = max(1 << (timeout_us.bit_length() - 1), 1000)
-        if timeout_us != self._receive_timeout_us:
-            timeval = struct.pack("ll", timeout_us // 1_000_000, timeout_us % 1_000_000)
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-            self._receive_timeout_us = timeout_us
-        try:
-            return self.take_reply()
-        except BlockingIOError:
+        A poll, then the receive: the socket may be in non-blocking mode, as uvloop puts
+        every descriptor it watches (so a receive with a kernel timeout would not wait)."""
+        if not self.wait_readable(timeout_s):
             return None
+        return self.take_reply()
 
     def take_reply(self) -> tuple[dict[str, np.ndarray], int]:
         """The outputs (views leased from the output arena) and the backend's run time."""
@@ -227,15 +251,17 @@ class WorkerProcess:
 
     def _lease(self, descriptors: list[protocol.Descriptor]) -> dict[str, np.ndarray]:
         assert self.outputs is not None
-        start = min((d[3] for d in descriptors), default=0)
-        end = max((d[3] + d[4] for d in descriptors), default=0)
-        if end == start:
+        if not descriptors:
+            return {}
+        # The worker wrote them in order: the range runs from the first to the end of the last.
+        start, last = descriptors[0][3], descriptors[-1]
+        end = last[3] + last[4]
+        if end == start:  # nothing but empty tensors
             return protocol.read_tensors(self.outputs.buffer, descriptors)
         # Every output views this holder; the range is free again when the holder dies.
         holder = np.frombuffer(self.outputs.buffer, np.uint8, end - start, start)
-        relative = [(n, d, s, offset - start, size) for n, d, s, offset, size in descriptors]
-        outputs = protocol.read_tensors(holder, relative)
-        weakref.finalize(holder, self.leases.release, self.leases.hold(start, end))
+        outputs = protocol.read_tensors(holder, descriptors, start)
+        self.leases.lease(holder, start, end)
         return outputs
 
     # ---- the process -----------------------------------------------------------------

@@ -41,6 +41,11 @@ MAX_MESSAGE_BYTES = 1 << 20
 RUN_MESSAGE_BYTES = 1 << 16
 BYTES = "BYTES"  # the dtype field of a BYTES tensor's descriptor
 
+_FD_BYTES = array.array("i").itemsize
+_FDS_SPACE = socket.CMSG_SPACE(4 * _FD_BYTES)  # a message carries one arena, room for four
+# A plain int: the flag enums' operators run Python code, microseconds on every batch.
+_TRUNCATED = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
+
 Descriptor = tuple[str, str, tuple[int, ...], int, int]  # name, dtype, shape, offset, nbytes
 
 
@@ -67,8 +72,14 @@ def send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None
 
 def receive(sock: socket.socket, limit: int = RUN_MESSAGE_BYTES) -> tuple[tuple, list[int]]:
     """The next message and the descriptors it carried; EOFError when the other side is gone."""
-    data, fds, flags, _ = socket.recv_fds(sock, limit, 4)
-    if not data or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+    # recvmsg itself rather than socket.recv_fds, whose Python wrapper costs microseconds
+    # on every batch.
+    data, ancillary, flags, _ = sock.recvmsg(limit, _FDS_SPACE)
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += array.array("i", payload[: len(payload) - len(payload) % _FD_BYTES])
+    if not data or flags & _TRUNCATED:
         for fd in fds:
             os.close(fd)
         if not data:
@@ -85,12 +96,12 @@ def receive(sock: socket.socket, limit: int = RUN_MESSAGE_BYTES) -> tuple[tuple,
 def write_tensors(
     buffer: Any, arrays: dict[str, np.ndarray], start: int, limit: int
 ) -> tuple[list[Descriptor], int] | int:
-    """Copy `arrays` into buffer[start:limit]; the descriptors and the end offset, or the
-    number of bytes needed from `start` when they do not fit."""
+    """Copy `arrays` into buffer[start:limit], in order; the descriptors and the end offset,
+    or the number of bytes needed from `start` when they do not fit."""
     payloads: list[tuple[str, str, tuple[int, ...], Any, int]] = []
     offset = aligned(start)
     for name, tensor in arrays.items():
-        if tensor.dtype == np.object_:
+        if tensor.dtype.hasobject:
             data: Any = serialize_bytes(tensor)
             dtype, nbytes = BYTES, len(data)
         else:  # bytes of the array, without a copy when it is contiguous (and empty is fine)
@@ -108,19 +119,24 @@ def write_tensors(
     return descriptors, offset
 
 
-def read_tensors(buffer: Any, descriptors: list[Descriptor]) -> dict[str, np.ndarray]:
-    """Arrays for the descriptors: views into `buffer` (BYTES are parsed into objects)."""
+def read_tensors(
+    buffer: Any, descriptors: list[Descriptor], base: int = 0
+) -> dict[str, np.ndarray]:
+    """Arrays for the descriptors, whose offsets count from `base` in `buffer`: views into
+    it (BYTES are parsed into objects)."""
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, shape, offset, nbytes in descriptors:
         if dtype == BYTES:
-            view = memoryview(buffer)[offset : offset + nbytes]
+            view = memoryview(buffer)[offset - base : offset - base + nbytes]
             arrays[name] = deserialize_bytes(view, element_count(shape), name).reshape(shape)
+            continue
+        kind = _DTYPES.get(dtype) or _DTYPES.setdefault(dtype, np.dtype(dtype))
+        if nbytes == 0:  # frombuffer refuses an offset at the very end of the buffer
+            arrays[name] = np.empty(shape, kind)
         else:
-            kind = np.dtype(dtype)
-            if nbytes == 0:  # frombuffer refuses an offset at the very end of the buffer
-                arrays[name] = np.empty(shape, kind)
-                continue
-            arrays[name] = np.frombuffer(buffer, kind, nbytes // kind.itemsize, offset).reshape(
-                shape
-            )
+            count = nbytes // kind.itemsize
+            arrays[name] = np.frombuffer(buffer, kind, count, offset - base).reshape(shape)
     return arrays
+
+
+_DTYPES: dict[str, np.dtype] = {}  # parsed once: np.dtype(str) costs a microsecond a batch

@@ -145,22 +145,23 @@ class ProcessInstance:
             loop.add_reader(worker.fileno(), self._readable, worker)
 
     def _readable(self, worker: WorkerProcess) -> None:
-        reply, self._reply = self._reply, None
         try:
             result = worker.take_reply()
+        except BlockingIOError:  # nothing to read after all (run() took the reply itself)
+            return
         except WorkerGone:
-            self._reply = reply
-            self._worker_ended(worker)
+            self._worker_ended(worker)  # fails the batch in flight, if any
             return
         except WorkerError as exc:
+            reply, self._reply = self._reply, None
             if reply is not None and not reply.done():
                 reply.set_exception(_as_gateway_error(self.model, exc))
             return
         except Exception as exc:  # e.g. no memory to map a grown arena: never lose the batch
-            self._reply = reply
             self._kill_reason = f"sent a reply the gateway could not take ({exc}) and was killed"
             worker.kill()  # its socket closes: the next callback restarts it
             return
+        reply, self._reply = self._reply, None
         if reply is not None and not reply.done():
             reply.set_result(result)
 

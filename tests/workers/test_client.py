@@ -61,6 +61,23 @@ def test_batches_arena_growth_and_leases(repository):
     assert worker.process.returncode == 0
 
 
+def test_remembered_places_follow_a_new_arena(repository):
+    """Both sides remember where inputs of one shape sit; after the arena is replaced, the
+    same shape at the same offset must be read from the new arena, not the old."""
+    worker = start(repository, "identity_fp32")
+    try:
+        rng = np.random.default_rng(1)
+        for rows in (2, 1 << 16, 2, 3, 2):  # the second grows the arena
+            data = rng.random((rows, 8), dtype=np.float32)
+            np.testing.assert_array_equal(run(worker, {"INPUT0": data})["OUTPUT0"], data)
+        staged = worker.stage([("INPUT0", (2, 8), np.dtype(np.float32))])
+        staged["INPUT0"][...] = 7
+        other = {"INPUT0": np.full((2, 8), 9, np.float32)}  # not the staged dict: copied in
+        np.testing.assert_array_equal(run(worker, other)["OUTPUT0"], other["INPUT0"])
+    finally:
+        worker.unload(10)
+
+
 def test_bytes_and_a_late_reply(repository):
     worker = start(repository, "identity_bytes")
     try:

@@ -75,18 +75,22 @@ def test_messages_over_the_limit_are_refused():
 def test_leases_give_the_largest_free_range():
     leases = OutputLeases()
     assert leases.window(1000) == (0, 1000)
-    first = leases.hold(0, 100)
-    second = leases.hold(100, 700)
+    first, second, third = (np.zeros(1) for _ in range(3))
+    leases.lease(first, 0, 100)
+    leases.lease(second, 100, 700)
+    view = second[:]  # a view of a holder keeps the lease
     assert leases.window(1000) == (700, 1000)
-    leases.release(first)
+    del first
     assert leases.window(1000) == (700, 1000)  # 300 free at the end beats 100 at the start
-    leases.release(second)
+    del second
+    assert leases.window(1000) == (700, 1000)
+    del view
     assert leases.window(1000) == (0, 1000)
-    leases.hold(400, 500)
+    leases.lease(third, 400, 500)
     assert leases.window(1000) == (500, 1000)
     leases.forget()
     assert len(leases) == 0
-    leases.release(12345)  # a finalizer after forget() is no error
+    del third  # released after forget(): no error
 
 
 def test_arena_close_while_views_exist():
