@@ -24,6 +24,7 @@ from gateway.scheduling.execution import (
 )
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.process_instance import ProcessInstance
+from gateway.sealing import check_artifact
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
@@ -87,8 +88,12 @@ def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default
     """`<model_dir>/<version>/<default_model_filename or the platform's default>`, checked."""
     filename = config.default_model_filename or default
     artifact = model_dir / str(version) / filename
+    check_artifact(artifact, model_dir, config.name)
     if not artifact.exists():
-        raise BackendUnavailable(f"model '{config.name}' version {version}: {artifact} is missing")
+        raise BackendUnavailable(
+            f"model '{config.name}' version {version}: {model_dir.name}/{version}/{filename} "
+            "is missing"
+        )
     return artifact
 
 

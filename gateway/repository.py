@@ -22,6 +22,7 @@ from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
 from gateway.scheduling.instances import usable_cores
+from gateway.sealing import check_config_paths, model_directory, relative_to_repository
 
 log = logging.getLogger(__name__)
 
@@ -177,18 +178,30 @@ class ModelRepository:
         Versions already serving go on serving while their replacements load, and
         keep serving if a replacement fails (as in Triton).
         """
-        model_dir = self.root / name
-        if not (model_dir.is_dir() and name and "/" not in name and not name.startswith(".")):
-            raise NotFound(f"model '{name}' is not in the repository {self.root}")
+        try:
+            await self._load(name, config_json)
+        except GatewayError as exc:  # messages leave the server without its paths
+            raise type(exc)(self._relative(exc.message)) from None
+
+    def _relative(self, message: str) -> str:
+        return relative_to_repository(message, self.root)
+
+    async def _load(self, name: str, config_json: dict[str, Any] | None) -> None:
+        if not (name and "/" not in name and not name.startswith(".")) or not (
+            (self.root / name).is_dir()
+        ):
+            raise NotFound(f"model '{name}' is not in the model repository")
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             try:
+                model_dir = model_directory(self.root, name)
                 config = self._config(name, model_dir, config_json)
+                check_config_paths(config, model_dir)
                 wanted = versions_to_load(config, available_versions(model_dir))
                 if not wanted:
-                    raise InvalidArgument(f"model '{name}' has no version directory in {model_dir}")
+                    raise InvalidArgument(f"model '{name}' has no version directory")
             except GatewayError as exc:
-                entry.error = exc.message  # the index shows why; serving versions stay
+                entry.error = self._relative(exc.message)  # the index shows why
                 raise
             entry.error = ""
             entry.fingerprint = fingerprint(model_dir)
@@ -206,6 +219,7 @@ class ModelRepository:
                     )
                 except Exception as exc:  # any backend failure only fails this model
                     reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+                    reason = self._relative(reason)
                     log.error("model '%s' version %d failed to load: %s", name, version, reason)
                     errors.append(reason)
                     previous = old.get(version)

@@ -175,3 +175,36 @@ def test_config_override_must_be_a_valid_config_for_that_model(repository_copy, 
         with pytest.raises(InferenceServerException) as info:
             client.load_model("identity_int32", config=json.dumps(config))
         assert info.value.status() == "400" and fragment in info.value.message()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_repository_is_sealed(repository_copy, server_factory, protocol, tmp_path):
+    """A config override cannot point a model at a file outside its directory, however
+    the path is spelled, and no answer names the server's own paths."""
+    repository = repository_copy("identity_int32")
+    outside = tmp_path / "outside.onnx"
+    shutil.copy(repository / "identity_int32" / "1" / "model.onnx", outside)
+    (repository / "identity_int32" / "1" / "link.onnx").symlink_to(outside)
+    server = server_factory(repository, "--model-control-mode", "explicit")
+    client, _ = make_client(server, protocol)
+    for filename in (str(outside), "../../../outside.onnx", "link.onnx", "/no/such/file"):
+        override = {"platform": "onnxruntime_onnx", "default_model_filename": filename}
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("identity_int32", config=json.dumps(override))
+        status = info.value.status()
+        assert status in ("400", "StatusCode.INVALID_ARGUMENT"), (filename, status)
+        assert str(repository.resolve()) not in info.value.message()  # the client's own
+        # path may be echoed, the server's never
+    assert not client.is_model_ready("identity_int32")
+    index = client.get_model_repository_index()
+    reasons = [r.reason for r in index.models] if protocol == "grpc" else [
+        r.get("reason", "") for r in index
+    ]
+    assert reasons and not any(str(repository.resolve()) in reason for reason in reasons)
+    # A missing artifact is reported by its place in the repository.
+    shutil.rmtree(repository / "identity_int32" / "1")
+    (repository / "identity_int32" / "1").mkdir()
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("identity_int32")
+    assert "identity_int32/1/model.onnx is missing" in info.value.message()
+    assert str(repository.resolve()) not in info.value.message()

@@ -1,0 +1,92 @@
+"""The sealed repository: a model reads files from its own directory only.
+
+A model's directory must lie inside the repository, and every path its config names
+(`default_model_filename`, `cc_model_filenames`, and parameters or accelerator options
+whose key names a file or directory, such as `trt_engine_cache_path` or `cache_dir`)
+must stay inside the model's directory once `..` and symbolic links are resolved. The
+check runs before any file is looked at, so a refusal says nothing about whether the
+file exists. Messages that leave the server name paths relative to the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path, PurePath
+
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
+
+# The last word of a parameter key that names a file or directory: trt_engine_cache_path,
+# cache_dir, ep.context_file_path, optimized_model_filepath, ...
+_PATH_KEY = re.compile(r"(?:^|[_.])(?:path|dir|directory|folder|file|filename|filepath)$")
+
+
+def model_directory(root: Path, name: str) -> Path:
+    """`root/name`, refused when it leads outside the repository (a symbolic link)."""
+    model_dir = root / name
+    if not _inside(model_dir, root):
+        raise InvalidArgument(
+            f"model '{name}': its directory links to a place outside the model repository; "
+            "the repository must hold the model's files itself"
+        )
+    return model_dir
+
+
+def check_config_paths(config: mc.ModelConfig, model_dir: Path) -> None:
+    """Refuse a config that names any path outside `model_dir` (400, before any file is read)."""
+    versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    for what, value in _named_paths(config):
+        where = f"model '{config.name}': {what} '{value}'"
+        pure = PurePath(value)
+        if pure.is_absolute() or value.startswith("~"):
+            raise InvalidArgument(f"{where} is an absolute path; name a path inside the model's "
+                                  "directory, relative to it")  # fmt: skip
+        if ".." in pure.parts:
+            raise InvalidArgument(f"{where} contains '..'; paths must stay inside the model's "
+                                  "directory")  # fmt: skip
+        # File names are relative to each version directory, other paths to the model's.
+        bases = versions if what.endswith("filename") or what.startswith("cc_model") else []
+        for base in bases or [model_dir]:
+            if not _inside(base / value, model_dir):
+                raise InvalidArgument(
+                    f"{where} leads outside the model's directory through a symbolic link"
+                )
+
+
+def check_artifact(artifact: Path, model_dir: Path, model: str) -> None:
+    """The file a version loads resolves inside the model's directory (a version directory
+    or the artifact itself may be a symbolic link)."""
+    if not _inside(artifact, model_dir):
+        raise InvalidArgument(
+            f"model '{model}': {artifact.relative_to(model_dir)} leads outside the model's "
+            "directory through a symbolic link"
+        )
+
+
+def relative_to_repository(text: str, root: Path) -> str:
+    """`text` with the repository's absolute path taken out of every path in it."""
+    for prefix in {str(root.resolve()), str(root.absolute())}:
+        text = text.replace(prefix + os.sep, "").replace(prefix, ".")
+    return text
+
+
+def _named_paths(config: mc.ModelConfig) -> Iterator[tuple[str, str]]:
+    if config.default_model_filename:
+        yield "default_model_filename", config.default_model_filename
+    for capability, filename in config.cc_model_filenames.items():
+        yield f"cc_model_filenames[{capability}]", filename
+    for key, value in config.parameters.items():
+        if _PATH_KEY.search(key.lower()) and value.string_value:
+            yield f"parameter {key}", value.string_value
+    accelerators = config.optimization.execution_accelerators
+    for accelerator in [*accelerators.gpu_execution_accelerator,
+                        *accelerators.cpu_execution_accelerator]:  # fmt: skip
+        for key, value in accelerator.parameters.items():
+            if _PATH_KEY.search(key.lower()) and value:
+                yield f"{accelerator.name} option {key}", value
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path.resolve().is_relative_to(directory.resolve())
