@@ -14,6 +14,7 @@ class GatewayError(Exception):
 
     http_status = 500
     grpc_status = "INTERNAL"
+    retry_after_s: int | None = None  # a hint to retry after so many seconds (overload)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -46,6 +46,9 @@ class InferRequest:
     # Set by a front that can tell when its client has gone away (HTTP disconnect);
     # schedulers then drop the request instead of running it.
     client_gone: Callable[[], bool] | None = None
+    # When the caller stops waiting (time.monotonic() seconds), e.g. a gRPC deadline;
+    # the request's own `timeout` parameter may make it earlier (admission.deadline_of).
+    deadline: float | None = None
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
 from gateway.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
+from gateway.scheduling.admission import queue_budget
 from gateway.scheduling.execution import (
     execution_mode,
     gpu_capable,
@@ -99,7 +100,12 @@ def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default
 
 class ModelVersion:
     def __init__(
-        self, config: mc.ModelConfig, version: int, instances: list[Any], max_queue_size: int
+        self,
+        config: mc.ModelConfig,
+        version: int,
+        instances: list[Any],
+        max_queue_size: int,
+        queue_budget_ms: float,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -108,20 +114,26 @@ class ModelVersion:
         self.pool = InstancePool(instances, config.name)
         rules = RequestRules.from_config(config)
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
+        budget_ms = queue_budget(config, queue_budget_ms)
         self.scheduler: DirectScheduler | DynamicBatcher
         if config.HasField("dynamic_batching") and config.max_batch_size > 0:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
-                config.max_batch_size, max_queue_size, instances[0].allowed_batch_sizes,
+                config.max_batch_size, max_queue_size, budget_ms, instances[0].allowed_batch_sizes,
             )  # fmt: skip
         else:
             self.scheduler = DirectScheduler(
-                self.pool, rules, output_datatypes, self.stats, max_queue_size
+                self.pool, rules, output_datatypes, self.stats, max_queue_size, budget_ms
             )
 
     @classmethod
     def load(
-        cls, model_dir: Path, version: int, config: mc.ModelConfig, max_queue_size: int
+        cls,
+        model_dir: Path,
+        version: int,
+        config: mc.ModelConfig,
+        max_queue_size: int,
+        queue_budget_ms: float,
     ) -> ModelVersion:
         """Load every instance (blocking: call from a worker thread)."""
         config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
@@ -164,7 +176,12 @@ class ModelVersion:
             "loaded model '%s' version %d (%d instance(s): %s)",
             config.name, version, len(instances), ", ".join(kinds),
         )  # fmt: skip
-        return cls(config, version, instances, max_queue_size)
+        try:
+            return cls(config, version, instances, max_queue_size, queue_budget_ms)
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
 
     def attach(self) -> None:
         """Start watching worker processes (on the event loop, once loaded)."""

@@ -21,6 +21,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
+from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
 from gateway.scheduling.instances import usable_cores
 from gateway.sealing import check_config_paths, model_directory, relative_to_repository
 
@@ -53,7 +54,13 @@ def _ready(state: VersionState | None) -> bool:
 
 
 class ModelRepository:
-    def __init__(self, root: Path, control_mode: str = "none", max_queue_size: int = 1024) -> None:
+    def __init__(
+        self,
+        root: Path,
+        control_mode: str = "none",
+        max_queue_size: int = 1024,
+        queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS,
+    ) -> None:
         if control_mode not in CONTROL_MODES:
             raise ValueError(
                 f"model control mode must be one of {CONTROL_MODES}, not {control_mode}"
@@ -61,6 +68,7 @@ class ModelRepository:
         self.root = root
         self.control_mode = control_mode
         self.max_queue_size = max_queue_size
+        self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
         self.models: dict[str, ModelEntry] = {}
 
     # ---- queries -------------------------------------------------------------------
@@ -215,7 +223,12 @@ class ModelRepository:
             for version in wanted:
                 try:
                     model = await asyncio.to_thread(
-                        ModelVersion.load, model_dir, version, config, self.max_queue_size
+                        ModelVersion.load,
+                        model_dir,
+                        version,
+                        config,
+                        self.max_queue_size,
+                        self.queue_budget_ms,
                     )
                 except Exception as exc:  # any backend failure only fails this model
                     reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -33,6 +34,9 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
         try:
             return await method(self, request, context)
         except GatewayError as exc:
+            if exc.retry_after_s is not None:  # gRPC's retry pushback, in milliseconds
+                pushback = str(exc.retry_after_s * 1000)
+                context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
             await context.abort(grpc.StatusCode[exc.grpc_status], exc.message)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
@@ -96,6 +100,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelInfer(self, request, context):
         infer_request = decode_request(request, self.core.shared_memory.input_array)
+        remaining = context.time_remaining()  # None without a deadline
+        if remaining is not None:
+            infer_request.deadline = time.monotonic() + remaining
         return encode_response(await self.core.infer(infer_request))
 
     async def ModelStreamInfer(

@@ -101,7 +101,7 @@ async def answer_errors(send: Send, path: str, handler: Awaitable[None]) -> None
     try:
         await handler
     except GatewayError as exc:
-        await error(send, exc.message, exc.http_status)
+        await error(send, exc.message, exc.http_status, exc.retry_after_s)
     except Exception as exc:
         log.exception("unexpected error on %s", path)
         await error(send, f"internal error: {type(exc).__name__}: {exc}", 500)
@@ -124,6 +124,9 @@ def with_infer_route(app: ASGIApp, core: InferenceCore, max_body_bytes: int) -> 
     return route
 
 
-async def error(send: Send, message: str, status: int) -> None:
+async def error(send: Send, message: str, status: int, retry_after_s: int | None = None) -> None:
     body = orjson.dumps({"error": message})
-    await respond(send, status, body, [(b"content-type", b"application/json")])
+    headers = [(b"content-type", b"application/json")]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await respond(send, status, body, headers)

@@ -1,7 +1,9 @@
 """The scheduler for models without dynamic batching: each request runs alone.
 
-Requests wait for an idle instance in arrival order; the wait is bounded by
-`max_queue_size`, past which the answer is an immediate 503.
+Requests wait for an idle instance in arrival order. The wait is bounded in count
+(`max_queue_size`) and in time (admission.py): a request that could not start within
+the model's queue budget or its own deadline gets an immediate 503, and one whose
+caller went away or whose deadline passed while it waited does not run.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import time
 
 from accel_base.errors import Cancelled, GatewayError, Unavailable
 from gateway.inference import InferRequest, InferResponse
+from gateway.scheduling.admission import Admission, deadline_of
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
@@ -24,6 +27,7 @@ class DirectScheduler:
         output_datatypes: dict[str, str],
         stats: ModelStatistics,
         max_queue_size: int,
+        queue_budget_ms: float,
     ) -> None:
         self.pool = pool
         self.rules = rules
@@ -31,33 +35,42 @@ class DirectScheduler:
         self.stats = stats
         self.max_queue_size = max_queue_size
         self.pending = 0  # requests accepted and not yet answered
+        self.admission = Admission(rules.model, len(pool.instances), queue_budget_ms)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter_ns()
         try:
             feed, output_names, batch_size = check_request(request, self.rules)
+            deadline = deadline_of(request, time.monotonic())
+            if self.pending >= self.max_queue_size:
+                raise Unavailable(
+                    f"model '{self.rules.model}' has {self.pending} requests pending, its "
+                    "limit (max_queue_size); retry later"
+                )
+            self.admission.check(self.pending, time.monotonic(), deadline)
         except GatewayError:
             self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")
             raise
-        if self.pending >= self.max_queue_size:
-            self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")
-            raise Unavailable(
-                f"model '{self.rules.model}' has {self.pending} requests pending, its limit "
-                "(max_queue_size); retry later"
-            )
         self.pending += 1
         try:
-            return await self._run(request, feed, output_names, batch_size, start)
+            return await self._run(request, feed, output_names, batch_size, start, deadline)
         finally:
             self.pending -= 1
 
-    async def _run(self, request, feed, output_names, batch_size, start) -> InferResponse:
+    async def _run(self, request, feed, output_names, batch_size, start, deadline) -> InferResponse:
         instance = await self.pool.acquire()
         queued = time.perf_counter_ns()
+        held = time.monotonic()
         if request.client_gone is not None and request.client_gone():
             self.pool.release(instance)
             self.stats.record_failure(queued - start, "CANCELED")
             raise Cancelled("the client disconnected before the request ran")
+        if deadline is not None and held >= deadline:
+            self.pool.release(instance)
+            self.stats.record_failure(queued - start, "REJECTED")
+            raise Unavailable(
+                f"request to model '{self.rules.model}' reached its deadline before it ran"
+            )
         try:
             outputs, infer_ns = await instance.run(feed, output_names)
         except Exception as exc:  # the backend's own failure, reported with its message
@@ -65,6 +78,7 @@ class DirectScheduler:
             raise backend_failure(self.rules.model, exc) from exc
         finally:
             self.pool.release(instance)
+            self.admission.observe(time.monotonic() - held)
         ran = time.perf_counter_ns()
         response = build_response(
             request, self.stats.version, output_names, self.output_datatypes, outputs

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel_base import batch as batching
-from accel_base.errors import Cancelled, GatewayError, InvalidArgument, Unavailable
+from accel_base.errors import Cancelled, GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
+from gateway.scheduling.admission import Admission, Overloaded, deadline_of, int_parameter
 from gateway.scheduling.planner import BatchingRules, Send, plan
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.queue import Pending, RequestQueue
@@ -35,17 +36,7 @@ class _Context:
     request: InferRequest
     start_ns: int
     queued_ns: int = 0  # time spent waiting for the batch
-
-
-def _int_parameter(request: InferRequest, key: str) -> int | None:
-    value = request.parameters.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(
-            f"request parameter '{key}' must be a non-negative integer, got {value!r}"
-        )
-    return value
+    deadline: float | None = None  # when the caller stops waiting (clock seconds)
 
 
 class DynamicBatcher:
@@ -58,6 +49,7 @@ class DynamicBatcher:
         config: mc.ModelDynamicBatching,
         max_batch_size: int,
         max_queue_size: int,
+        queue_budget_ms: float,
         allowed_batch_sizes: tuple[int, ...] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -75,6 +67,7 @@ class DynamicBatcher:
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
         self.pending = 0  # accepted and not yet answered (queued or running)
+        self.admission = Admission(rules.model, len(pool.instances), queue_budget_ms)
         self._arrival = asyncio.Event()
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None
@@ -86,18 +79,23 @@ class DynamicBatcher:
         start = time.perf_counter_ns()
         try:
             feed, output_names, rows = check_request(request, self.rules)
+            now = self.clock()
+            deadline = deadline_of(request, now)
+            # Batches ahead: those running, and the queued rows in batches of the most.
+            ahead = len(self._running) + -(-self.queue.rows // self.batching.max_batch_size)
+            self.admission.check(ahead, now, deadline)
             pending = self.queue.push(
-                feed, output_names, max(rows, 1), batching.merge_key(feed), self.clock(),
-                _int_parameter(request, "priority"), _int_parameter(request, "timeout"),
+                feed, output_names, max(rows, 1), batching.merge_key(feed), now,
+                int_parameter(request, "priority"), int_parameter(request, "timeout"),
             )  # fmt: skip
         except GatewayError as exc:
             self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")
-            if isinstance(exc, Unavailable):
+            if isinstance(exc, Unavailable) and not isinstance(exc, Overloaded):
                 raise Unavailable(f"model '{self.rules.model}': {exc.message}") from None
             raise
         loop = asyncio.get_running_loop()
         pending.future = loop.create_future()
-        pending.context = _Context(request, start)
+        pending.context = _Context(request, start, deadline=deadline)
         previous, done = self._last_done, None
         if self.preserve_ordering:
             done = self._last_done = loop.create_future()
@@ -211,24 +209,36 @@ class DynamicBatcher:
             )
 
     async def _execute(self, instance: Any, send: Send) -> None:
-        requests = [p for p in send.requests if not self._dropped(p)]
+        now = self.clock()
+        requests = [p for p in send.requests if not self._dropped(p, now)]
         dispatched = time.perf_counter_ns()
         try:
             if requests:
                 await self._run_batch(instance, requests, dispatched)
         finally:
             self.pool.release(instance)
+            if requests:
+                self.admission.observe(self.clock() - now)
             self._arrival.set()  # a free instance is news for the driver too
 
-    def _dropped(self, pending: Pending) -> bool:
-        """Whether a request's client is gone: it leaves without running."""
+    def _dropped(self, pending: Pending, now: float) -> bool:
+        """Whether a request's client is gone or its deadline passed: it leaves unrun."""
         if pending.future.done():  # cancelled by its caller (a gRPC cancel)
             return True
-        client_gone = pending.context.request.client_gone
+        context: _Context = pending.context
+        elapsed = time.perf_counter_ns() - context.start_ns
+        if context.deadline is not None and now >= context.deadline:
+            self.stats.record_failure(elapsed, "REJECTED")
+            pending.future.set_exception(
+                Unavailable(
+                    f"request to model '{self.rules.model}' reached its deadline before it ran"
+                )
+            )
+            return True
+        client_gone = context.request.client_gone
         if client_gone is None or not client_gone():
             return False
-        context: _Context = pending.context
-        self.stats.record_failure(time.perf_counter_ns() - context.start_ns, "CANCELED")
+        self.stats.record_failure(elapsed, "CANCELED")
         pending.future.set_exception(Cancelled("the client disconnected before the request ran"))
         return True
 

@@ -71,6 +71,7 @@ class RequestQueue:
     _queues: dict[int, deque[Pending]] = field(init=False)
     _delayed: deque[Pending] = field(init=False)
     _next_sequence: int = field(default=0, init=False)
+    rows: int = field(default=0, init=False)  # rows of every queued request
     _timeouts: bool = field(default=False, init=False)  # can any request time out at all?
 
     def __post_init__(self) -> None:
@@ -138,6 +139,7 @@ class RequestQueue:
         )  # fmt: skip
         self._next_sequence += 1
         queue.append(pending)
+        self.rows += rows
         return pending
 
     def in_order(self) -> Iterator[Pending]:
@@ -156,6 +158,7 @@ class RequestQueue:
             queue.remove(pending)
         except ValueError:
             return False
+        self.rows -= pending.rows
         return True
 
     def expire(self, now: float) -> list[Pending]:
@@ -173,6 +176,7 @@ class RequestQueue:
                     self._delayed.append(pending)
                 else:
                     rejected.append(pending)
+                    self.rows -= pending.rows
         return rejected
 
     def next_deadline(self) -> float | None:

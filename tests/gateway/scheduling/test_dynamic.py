@@ -52,6 +52,7 @@ def make_batcher(
     batching: str = "max_queue_delay_microseconds: 20000",
     max_batch_size: int = 8,
     max_queue_size: int = 100,
+    queue_budget_ms: float = 60_000.0,  # no admission refusals unless a test asks
 ):
     config = text_format.Parse(
         f'name: "m" max_batch_size: {max_batch_size} '
@@ -63,7 +64,7 @@ def make_batcher(
     pool = InstancePool([Instance(b, f"i{n}") for n, b in enumerate(backends)])
     return DynamicBatcher(
         pool, RequestRules.from_config(config), {"y": "FP32"}, ModelStatistics("m", "1"),
-        config.dynamic_batching, max_batch_size, max_queue_size,
+        config.dynamic_batching, max_batch_size, max_queue_size, queue_budget_ms,
         backends[0].allowed_batch_sizes(),
     )  # fmt: skip
 
@@ -236,3 +237,48 @@ def test_a_failure_inside_the_batcher_fails_queued_requests_instead_of_hanging(m
 
     (error,) = asyncio.run(go())
     assert isinstance(error, Internal) and "planner bug" in error.message
+
+
+def test_an_overloaded_batcher_refuses_at_once_by_batches_ahead():
+    backend = DoublingBackend(sleep_s=0.01)
+    # More than MIN_JOBS_IN_BUDGET batches, so that the budget is this one.
+    batcher = make_batcher([backend], batching="", max_batch_size=2, queue_budget_ms=100)
+
+    async def go():
+        await batcher.infer(request(1.0))  # one batch measures the batch time
+        began = time.monotonic()
+
+        async def timed(req):
+            try:
+                return await batcher.infer(req)
+            except Unavailable as exc:
+                return exc, time.monotonic() - began
+
+        results = await asyncio.gather(*(timed(request(float(i))) for i in range(60)))
+        await batcher.close()
+        return results
+
+    results = asyncio.run(go())
+    refused = [r for r in results if isinstance(r, tuple)]
+    # 100 ms holds about ten 10 ms batches of two: some 20 requests, the rest refused
+    # without waiting, each with a retry hint.
+    assert 12 <= 60 - len(refused) <= 26
+    assert all("overloaded" in exc.message and exc.retry_after_s >= 1 for exc, _ in refused)
+    assert max(seconds for _, seconds in refused) < 0.015
+    assert sum(len(b) for b in backend.batches) == 1 + 60 - len(refused)
+
+
+def test_a_request_past_its_deadline_leaves_the_batch_unrun():
+    backend = DoublingBackend(sleep_s=0.05)
+    batcher = make_batcher([backend], batching="", max_batch_size=1)
+
+    async def go():
+        first = asyncio.ensure_future(batcher.infer(request(1.0)))
+        await asyncio.sleep(0.005)
+        with pytest.raises(Unavailable, match="deadline before it ran"):
+            await batcher.infer(request(2.0, timeout=20_000))
+        await first
+        await batcher.close()
+
+    asyncio.run(go())
+    assert [b.tolist() for b in backend.batches] == [[[1.0, 1.0]]]  # the first only

@@ -1,0 +1,156 @@
+"""Admission control: the predicted wait against the queue budget and the deadline, on
+its own and in the scheduler for models without dynamic batching."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from accel_base.errors import InvalidArgument, Unavailable
+from accel_base.proto import model_config_pb2 as mc
+from backends.base import Backend, TensorSpec
+from gateway.inference import InferRequest, Tensor
+from gateway.scheduling import DirectScheduler, Instance, InstancePool
+from gateway.scheduling.admission import Admission, Overloaded, deadline_of, queue_budget
+from gateway.statistics import ModelStatistics
+from gateway.validation import RequestRules
+
+
+def test_the_predicted_wait_counts_jobs_ahead_per_instance():
+    admission = Admission("m", instances=2, budget_ms=40)
+    assert admission.wait_s(50) == 0.0  # nothing measured yet: admit
+    admission.observe(0.002)
+    admission.observe(0.004)  # moving average 0.0022
+    admission.job_s = 0.004
+    assert admission.wait_s(1) == 0.0  # an instance is free
+    assert admission.wait_s(2) == pytest.approx(0.002)  # one of two finishes first
+    assert admission.wait_s(21) == pytest.approx(0.040)
+    admission.check(21, now=0.0)
+    with pytest.raises(Overloaded, match="overloaded.*queue budget") as refused:
+        admission.check(22, now=0.0)
+    assert refused.value.retry_after_s == 1 and refused.value.http_status == 503
+
+
+def test_a_deadline_sooner_than_the_budget_refuses_sooner():
+    admission = Admission("m", instances=1, budget_ms=100)
+    admission.observe(0.010)
+    admission.check(3, now=5.0, deadline=5.05)  # 30 ms of 50 left
+    with pytest.raises(Overloaded, match="deadline"):
+        admission.check(3, now=5.0, deadline=5.02)
+
+
+def test_the_budget_holds_a_few_jobs_of_a_slow_model():
+    admission = Admission("m", instances=1, budget_ms=5)
+    admission.observe(0.100)  # 100 ms batches: a 5 ms budget would refuse all but one
+    assert admission.budget_s() == pytest.approx(0.8)
+    admission.check(8, now=0.0)
+
+
+def test_deadline_of_takes_the_sooner_of_the_front_and_the_timeout_parameter():
+    assert deadline_of(InferRequest("m"), 10.0) is None
+    assert deadline_of(InferRequest("m", parameters={"timeout": 2_000_000}), 10.0) == 12.0
+    with_front = InferRequest("m", parameters={"timeout": 2_000_000}, deadline=11.0)
+    assert deadline_of(with_front, 10.0) == 11.0
+    with pytest.raises(InvalidArgument, match="timeout"):
+        deadline_of(InferRequest("m", parameters={"timeout": 1.5}), 0.0)
+
+
+def test_queue_budget_parameter():
+    config = mc.ModelConfig(name="m")
+    assert queue_budget(config, 5.0) == 5.0
+    config.parameters["queue_budget_ms"].string_value = "250"
+    assert queue_budget(config, 5.0) == 250.0
+    for bad in ("0", "-3", "soon", "inf"):
+        config.parameters["queue_budget_ms"].string_value = bad
+        with pytest.raises(InvalidArgument, match="queue_budget_ms"):
+            queue_budget(config, 5.0)
+
+
+class SleepingBackend(Backend):
+    """y = x after `sleep_s` (on the instance's thread); counts its runs."""
+
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
+        self.runs = 0
+
+    def inputs(self):
+        return [TensorSpec("x", "FP32", (1,))]
+
+    def outputs(self):
+        return [TensorSpec("y", "FP32", (1,))]
+
+    def run(self, inputs, output_names):
+        self.runs += 1
+        time.sleep(self.sleep_s)
+        return {"y": inputs["x"]}
+
+    @classmethod
+    def inline_capable(cls) -> bool:
+        return False  # on its thread, so that the event loop goes on while it runs
+
+    def unload(self) -> None:
+        pass
+
+
+def direct(backend: Backend, budget_ms: float) -> DirectScheduler:
+    config = text_format.Parse(
+        'name: "m" input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+        mc.ModelConfig(),
+    )
+    pool = InstancePool([Instance(backend, "i0", cores=2)], "m")
+    return DirectScheduler(
+        pool, RequestRules.from_config(config), {"y": "FP32"}, ModelStatistics("m", "1"),
+        max_queue_size=1000, queue_budget_ms=budget_ms,
+    )  # fmt: skip
+
+
+def one(value: float, **parameters) -> InferRequest:
+    data = np.array([value], dtype=np.float32)
+    return InferRequest("m", inputs=[Tensor("x", "FP32", data)], parameters=parameters)
+
+
+def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted():
+    backend = SleepingBackend(0.005)
+    scheduler = direct(backend, budget_ms=60)  # more than MIN_JOBS_IN_BUDGET runs
+
+    async def scenario():
+        await scheduler.infer(one(0))  # one run measures the service time
+        began = time.monotonic()
+
+        async def timed(request):
+            try:
+                return await scheduler.infer(request)
+            except Overloaded as exc:
+                return exc, time.monotonic() - began
+
+        results = await asyncio.gather(*(timed(one(v)) for v in range(40)))
+        return results
+
+    results = asyncio.run(scenario())
+    refused = [r for r in results if isinstance(r, tuple)]
+    served = [r for r in results if not isinstance(r, tuple)]
+    # 60 ms of 5 ms runs: about twelve admitted, the rest refused without waiting.
+    assert 6 <= len(served) <= 16 and len(refused) == 40 - len(served)
+    assert max(seconds for _, seconds in refused) < 0.015
+    assert backend.runs == 1 + len(served)
+    assert scheduler.stats.as_dict()["inference_stats"]["fail"]["count"] == len(refused)
+
+
+def test_a_request_whose_deadline_passes_while_it_waits_does_not_run():
+    backend = SleepingBackend(0.05)
+    scheduler = direct(backend, budget_ms=10_000)
+
+    async def scenario():
+        first = asyncio.ensure_future(scheduler.infer(one(1)))
+        await asyncio.sleep(0.005)  # the first one runs now, for 50 ms
+        with pytest.raises(Unavailable, match="deadline before it ran"):
+            await scheduler.infer(one(2, timeout=20_000))  # 20 ms: passes while it waits
+        await first
+
+    asyncio.run(scenario())
+    assert backend.runs == 1
