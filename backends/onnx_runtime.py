@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from accel_base.cpu import usable_cores
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
@@ -56,12 +57,12 @@ _GRAPH_LEVELS = {
 
 def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     options = ort.SessionOptions()
-    intra = int_parameter(config, "intra_op_thread_count")
-    inter = int_parameter(config, "inter_op_thread_count")
-    if intra is not None:
-        options.intra_op_num_threads = intra
-    if inter is not None:
-        options.inter_op_num_threads = inter
+    # Left at 0, ORT sizes its pools from the machine's physical cores and pins each
+    # thread to one of them, outside `taskset` or a CPU quota. Given a count, it pins
+    # nothing: its threads inherit the process's affinity. So 0 means the usable cores.
+    cores = usable_cores()
+    options.intra_op_num_threads = int_parameter(config, "intra_op_thread_count") or cores
+    options.inter_op_num_threads = int_parameter(config, "inter_op_thread_count") or cores
     if int_parameter(config, "execution_mode") == 1:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     if string_parameter(config, "enable_mem_arena") in ("0", "false"):
@@ -153,7 +154,6 @@ def _spec(node: ort.NodeArg, model: str) -> TensorSpec:
 
 
 class OnnxRuntimeBackend(Backend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         providers = choose_providers(config, device, ort.get_available_providers())
@@ -166,11 +166,14 @@ class OnnxRuntimeBackend(Backend):
             )
         except Exception as exc:  # onnxruntime raises its own exception types
             raise BackendUnavailable(f"onnxruntime could not load {artifact}: {exc}") from exc
+        threads = self._session.get_session_options()
         log.info(
-            "model '%s' on %s runs with %s",
+            "model '%s' on %s runs with %s; onnxruntime threads: %d intra-op, %d inter-op",
             config.name,
             device,
             ", ".join(self._session.get_providers()),
+            threads.intra_op_num_threads,
+            threads.inter_op_num_threads,
         )
         self._inputs = [_spec(node, config.name) for node in self._session.get_inputs()]
         self._outputs = [_spec(node, config.name) for node in self._session.get_outputs()]

@@ -25,10 +25,15 @@ import threading
 import time
 from pathlib import Path
 
+from accel_base.cpu import usable_cores
+
 # tinygrad's default device, which it otherwise finds by opening every backend it knows
 # (CUDA, AMD, ...) at import, and then writes into DEV for child processes. Tensors here
 # name their device anyway; an environment that sets DEV keeps its own.
 os.environ.setdefault("DEV", "CL")
+# PoCL (OpenCL on the CPU) starts a thread per core in the affinity, whatever the cgroup's
+# CPU quota; its own variable caps the count.
+os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", str(usable_cores()))
 
 
 def _preload_icd_drivers() -> None:
@@ -102,7 +107,6 @@ def open_device(index: int, model: str) -> str:
 
 
 class OpenClBackend(BucketedBackend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         if device.kind == "gpu":

@@ -23,6 +23,7 @@ import ml_dtypes  # noqa: E402  (TensorFlow depends on it; numpy's view of bfloa
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from accel_base.cpu import usable_cores  # noqa: E402
 from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends.base import BackendUnavailable, Device, TensorSpec, first_line  # noqa: E402
 from backends.buckets import (
@@ -73,6 +74,19 @@ def configure_gpu_memory(config: mc.ModelConfig) -> None:
     _gpu_memory_configured = True
 
 
+def configure_threads() -> None:
+    """Both of TensorFlow's pools sized to the usable cores, which its own default (the
+    cores in the affinity) caps by no CPU quota; settable only before TensorFlow starts."""
+    cores = usable_cores()
+    try:
+        if tf.config.threading.get_intra_op_parallelism_threads() == 0:
+            tf.config.threading.set_intra_op_parallelism_threads(cores)
+        if tf.config.threading.get_inter_op_parallelism_threads() == 0:
+            tf.config.threading.set_inter_op_parallelism_threads(cores)
+    except RuntimeError:  # TensorFlow has started: its pools keep their size
+        log.warning("TensorFlow started before its thread pools could be sized")
+
+
 def _spec(name: str, spec: tf.TensorSpec, model: str) -> TensorSpec:
     datatype = _TF_TO_V2.get(spec.dtype)
     if datatype is None:
@@ -86,9 +100,9 @@ def _spec(name: str, spec: tf.TensorSpec, model: str) -> TensorSpec:
 
 
 class SavedModelBackend(BucketedBackend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
+        configure_threads()
         configure_gpu_memory(config)
         self._tf_device = self._device_name(device)
         signature_name = string_parameter(config, "signature_name") or "serving_default"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from accel_base.cpu import usable_cores
 from accel_base.datatypes import v2_datatype
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device, TensorSpec
@@ -53,19 +55,25 @@ def torch_device(device: Device, model: str) -> torch.device:
 
 
 def apply_thread_parameters(config: mc.ModelConfig) -> None:
-    """Triton's INTRA_OP/INTER_OP_THREAD_COUNT parameters. Torch's pools are per process,
-    so the last model to set them wins; the log says so."""
+    """Triton's INTRA_OP/INTER_OP_THREAD_COUNT parameters, or else the usable cores: torch
+    sizes its pools from the machine, and its inter-op pool ignores even `taskset`.
+    Torch's pools are per process, so the last model to set them wins, and the inter-op
+    count can be set only once, before that pool starts; the log says so."""
+    cores = usable_cores()
     intra = int_parameter(config, "INTRA_OP_THREAD_COUNT")
     inter = int_parameter(config, "INTER_OP_THREAD_COUNT")
     if intra:
         torch.set_num_threads(intra)
         log.info("model '%s': torch intra-op threads (process-wide) = %d", config.name, intra)
-    if inter:
-        try:
-            torch.set_num_interop_threads(inter)
-        except RuntimeError:  # torch allows this only before its pool has started
+    elif not os.environ.get("OMP_NUM_THREADS"):  # torch reads it itself; workers have it
+        torch.set_num_threads(cores)
+    try:
+        torch.set_num_interop_threads(inter or cores)
+    except RuntimeError:
+        if inter:
             log.warning(
-                "model '%s': INTER_OP_THREAD_COUNT ignored, torch's inter-op pool has started",
+                "model '%s': INTER_OP_THREAD_COUNT ignored, torch's inter-op count is set "
+                "once per process and was set already",
                 config.name,
             )
 

@@ -19,9 +19,18 @@ import os
 import time
 from pathlib import Path
 
+from accel_base.cpu import usable_cores
+
 # TVM's worker threads spin between runs by default, stealing the core the event loop
 # needs between requests; an environment that sets the count keeps its own.
 os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+# TVM sizes its pool from the whole machine (TVM_NUM_THREADS, else OMP_NUM_THREADS, else
+# half the machine's cores) and pins worker i to the machine's core i, outside `taskset`
+# or a cpuset. So: the usable cores unless a count is set, and threads that inherit the
+# process's affinity.
+if not (os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")):
+    os.environ["TVM_NUM_THREADS"] = str(usable_cores())
+os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -112,7 +121,6 @@ def _log_progress(model: str):
 
 
 class TvmBackend(BucketedBackend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         graph = onnx_graph.load(artifact, config.name)

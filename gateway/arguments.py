@@ -19,6 +19,16 @@ def positive_seconds(value: str) -> float:
     return number
 
 
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}") from None
+    if not (number > 0 and number != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return number
+
+
 def port(value: str) -> int:
     """A TCP port; 0 asks the system for a free one."""
     number = int(value)

@@ -9,8 +9,17 @@ import sys
 from pathlib import Path
 
 from gateway import __version__, compile_command, loadtest_command
-from gateway.arguments import port, positive_int, positive_seconds
+from gateway.arguments import port, positive_float, positive_int, positive_seconds
+from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.repository import CONTROL_MODES
+from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
+from gateway.security import (
+    ConfigError,
+    TLSFiles,
+    check_management_exposure,
+    management_enabled,
+    tls_files,
+)
 from gateway.server import Gateway, ServerOptions
 
 
@@ -61,6 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     serve.add_argument(
+        "--queue-budget-ms",
+        type=positive_float,
+        default=DEFAULT_QUEUE_BUDGET_MS,
+        help="a request that could not start within this long (or within 2 runs of its "
+        "model) is refused at once with 503 and Retry-After; a model's queue_budget_ms "
+        "parameter overrides it (default %(default)s)",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=positive_seconds,
+        default=DEFAULT_DRAIN_SECONDS,
+        help="on SIGTERM or SIGINT, how long requests in flight get to finish before the "
+        "server stops anyway (default %(default)s)",
+    )
+    serve.add_argument(
         "--max-request-bytes",
         type=positive_int,
         default=64 * 1024 * 1024,
@@ -68,7 +92,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--admin-token",
-        help="token that load/unload calls must present as 'Authorization: Bearer <token>'",
+        help="token that management calls (load, unload, shared-memory register and "
+        "unregister) must present as 'Authorization: Bearer <token>'",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated-management",
+        action="store_true",
+        help="allow management calls without --admin-token on a --host other than loopback "
+        "(refused by default, since anyone who reaches the port could load models)",
+    )
+    serve.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="PEM server certificate (chain first); serves HTTPS, gRPC over TLS and "
+        "metrics over HTTPS (needs --tls-key)",
+    )
+    serve.add_argument("--tls-key", type=Path, metavar="FILE", help="PEM key of --tls-cert")
+    serve.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA certificate(s): require client certificates issued by them on every TLS port",
     )
     serve.add_argument(
         "--allow-shared-memory",
@@ -114,11 +159,37 @@ def main(argv: list[str] | None = None) -> int:
         return compile_command.run(args)
     if args.command == "loadtest":
         return loadtest_command.run(args)
+    try:
+        # Checked before the example repository is built, so a mistake costs no wait.
+        tls = tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)
+        check_management_exposure(
+            args.host,
+            args.admin_token,
+            management_enabled(args.model_control_mode, args.allow_shared_memory),
+            args.allow_unauthenticated_management,
+        )
+    except ConfigError as exc:
+        print(f"accel-gateway: {exc}", file=sys.stderr)
+        return 2
     repository = args.model_repository or _default_repository()
     if not repository.is_dir():
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)
         return 2
-    options = ServerOptions(
+    options = _options(args, repository, tls)
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            runner.run(Gateway(options).run())
+    except ConfigError as exc:
+        print(f"accel-gateway: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"accel-gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -> ServerOptions:
+    return ServerOptions(
         model_repository=repository,
         host=args.host,
         http_port=args.http_port,
@@ -128,18 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         load_models=args.load_model,
         poll_interval_s=args.repository_poll_secs,
         max_queue_size=args.max_queue_size,
+        queue_budget_ms=args.queue_budget_ms,
+        drain_seconds=args.drain_seconds,
         max_body_bytes=args.max_request_bytes,
         admin_token=args.admin_token,
         allow_shared_memory=args.allow_shared_memory,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
+        tls=tls,
+        allow_unauthenticated_management=args.allow_unauthenticated_management,
     )
-    try:
-        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
-            runner.run(Gateway(options).run())
-    except OSError as exc:
-        print(f"accel-gateway: {exc}", file=sys.stderr)
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,20 @@ from typing import Any
 
 import orjson
 
-from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied
+from accel_base.errors import (
+    GatewayError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
+from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
 from gateway.repository import ModelRepository
 from gateway.shared_memory import SharedMemoryRegistry
+from gateway.shedding import LoopShedder
 
 # Only extensions this server implements in full are advertised.
 EXTENSIONS = (
@@ -32,6 +40,14 @@ NO_CUDA = (
     "CUDA shared memory is not supported by this server; use system shared memory "
     "(--allow-shared-memory)"
 )
+
+
+def check_version(version: str) -> str:
+    """A model version as the protocol writes it: '' (the latest) or decimal digits. int()
+    alone would also take ' 1', '+1', '1_0' and '-1'."""
+    if version and not (version.isascii() and version.isdigit()):
+        raise InvalidArgument(f"model version must be a non-negative integer, got '{version[:60]}'")
+    return version
 
 
 class Unimplemented(GatewayError):
@@ -52,7 +68,11 @@ class InferenceCore:
         self.admin_token = admin_token
         self.shared_memory = SharedMemoryRegistry(enabled=allow_shared_memory)
         self.started = False  # set once the startup models have been loaded
-        self.stopping = False
+        self.stopping = False  # draining: unready, new inference requests refused
+        self.in_flight = InFlight()
+        # Refuses a share of new inference requests while the event loop runs late; the
+        # fronts ask it before reading a request (gateway/shedding.py).
+        self.shedder = LoopShedder()
 
     # ---- health and metadata ---------------------------------------------------------
 
@@ -69,21 +89,39 @@ class InferenceCore:
         return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        return self.repository.is_ready(name, version)
+        """Ready or not; an unknown model or version is not ready (as Triton answers over
+        gRPC), while a malformed version is an InvalidArgument."""
+        return self.repository.is_ready(name, check_version(version))
+
+    def check_model_ready(self, name: str, version: str = "") -> None:
+        """Return if the model version is ready, else raise why not: NotFound for an unknown
+        model or version, InvalidArgument for a malformed version, Unavailable otherwise."""
+        model = self.repository.get(name, check_version(version))
+        if model.unavailable_reason is not None:
+            raise Unavailable(f"model '{name}' is not ready: {model.unavailable_reason}")
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        model = self.repository.get(name, version)
+        model = self.repository.get(name, check_version(version))
         versions = self.repository.models[name].ready_versions()
         return model.metadata(versions)
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
-        return self.repository.get(name, version).config
+        return self.repository.get(name, check_version(version)).config
 
     # ---- inference -------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Run a request; outputs it asks for in shared memory are written there."""
-        model = self.repository.get(request.model_name, request.model_version)
+        if self.stopping:
+            raise Unavailable("the server is shutting down; send the request elsewhere")
+        self.in_flight.enter()
+        try:
+            return await self._infer(request)
+        finally:
+            self.in_flight.leave()
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        model = self.repository.get(request.model_name, check_version(request.model_version))
         # Output regions are checked before the model runs, so a bad one costs no compute.
         targets = self.shared_memory.output_targets(request.outputs) if request.outputs else None
         if not targets:
@@ -132,7 +170,7 @@ class InferenceCore:
         if not name:
             return [m.stats.as_dict() for m in self.repository.ready_models()]
         if version:
-            return [self.repository.get(name, version).stats.as_dict()]
+            return [self.repository.get(name, check_version(version)).stats.as_dict()]
         entry = self.repository.models.get(name)
         if entry is None or not entry.ready_versions():
             raise NotFound(f"unknown model '{name}' or it has no ready version")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,6 +32,12 @@ class GatewayProcess:
     grpc_port: int
     metrics_port: int
     log_path: Path
+    # How this process reaches a TLS gateway; None: plaintext.
+    ssl_context: ssl.SSLContext | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context else "http"
 
     @property
     def http_url(self) -> str:
@@ -55,12 +62,32 @@ class GatewayProcess:
         return self.process.returncode
 
 
-def _ready(url: str) -> bool:
+def _ready(server: GatewayProcess) -> bool:
+    url = f"{server.scheme}://{server.http_url}/v2/health/ready"
     try:
-        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=1) as reply:
+        with urllib.request.urlopen(url, timeout=1, context=server.ssl_context) as reply:
             return reply.status == 200
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError):  # ssl.SSLError is an OSError
         return False
+
+
+def _given(args: tuple[str, ...], option: str) -> bool:
+    return any(arg == option or arg.startswith(f"{option}=") for arg in args)
+
+
+def _tls_context(args: tuple[str, ...], context: ssl.SSLContext | None) -> ssl.SSLContext | None:
+    if context is not None or not _given(args, "--tls-cert"):
+        return context
+    if _given(args, "--tls-client-ca"):
+        raise ValueError(
+            "this gateway requires client certificates: pass ssl_context= with one loaded "
+            "(SSLContext.load_cert_chain) so that its readiness can be polled"
+        )
+    # Our own child on loopback: its readiness needs no proof of its name.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def start_gateway(
@@ -70,8 +97,15 @@ def start_gateway(
     env: dict[str, str] | None = None,
     cpu_cores: set[int] | None = None,
     timeout_s: float = 60.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> GatewayProcess:
-    """Start a gateway (on `cpu_cores` only, if given) and wait for /v2/health/ready."""
+    """Start a gateway (on `cpu_cores` only, if given) and wait for /v2/health/ready.
+
+    With `--tls-cert` among `args`, readiness is polled over HTTPS with `ssl_context`, which
+    must hold a client certificate when `--tls-client-ca` is given too; without one, the
+    server's certificate is not checked.
+    """
+    ssl_context = _tls_context(args, ssl_context)
     ports = [free_port() for _ in range(3)]
     command = [
         sys.executable, "-m", "gateway", "serve",
@@ -88,12 +122,12 @@ def start_gateway(
             env={**os.environ, **(env or {})},
             preexec_fn=pin,
         )
-    server = GatewayProcess(process, *ports, log_path)
+    server = GatewayProcess(process, *ports, log_path, ssl_context)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"gateway exited with {process.returncode}:\n{server.log()}")
-        if _ready(server.http_url):
+        if _ready(server):
             return server
         time.sleep(0.1)
     server.stop()

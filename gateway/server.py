@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,12 +16,15 @@ import uvicorn
 
 from gateway import __version__
 from gateway.core import InferenceCore
+from gateway.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
 from gateway.grpc.service import add_services, set_serving
 from gateway.http.app import create_app
 from gateway.http.infer_route import with_infer_route
 from gateway.http.sagemaker import create_sagemaker_app
 from gateway.metrics import create_metrics_app
 from gateway.repository import ModelRepository
+from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
+from gateway.security import TLSFiles, check_management_exposure, management_enabled
 
 log = logging.getLogger("accel_gateway")
 
@@ -36,12 +40,29 @@ class ServerOptions:
     load_models: list[str] = field(default_factory=list)
     poll_interval_s: float = 15.0
     max_queue_size: int = 1024  # per model version: requests waiting or running
+    # How long a request may wait to start before it is refused (scheduling/admission.py).
+    queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS
+    # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/drain.py).
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_body_bytes: int = 64 * 1024 * 1024
     admin_token: str | None = None
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
     allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
     sagemaker_port: int | None = None
+    # TLS on the HTTP, gRPC and metrics ports (SageMaker's stays plain HTTP); None: off.
+    tls: TLSFiles | None = None
+    # Management without the admin token on a non-loopback address, only when asked for.
+    allow_unauthenticated_management: bool = False
+
+    def check(self) -> None:
+        """Raise ConfigError for options that must not start a server."""
+        check_management_exposure(
+            self.host,
+            self.admin_token,
+            management_enabled(self.model_control_mode, self.allow_shared_memory),
+            self.allow_unauthenticated_management,
+        )
 
 
 class _Uvicorn(uvicorn.Server):
@@ -63,7 +84,7 @@ def _listen(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
-def _uvicorn(app) -> _Uvicorn:
+def _uvicorn(app, context: ssl.SSLContext | None = None) -> _Uvicorn:
     config = uvicorn.Config(
         app,
         loop="none",
@@ -76,6 +97,8 @@ def _uvicorn(app) -> _Uvicorn:
         proxy_headers=False,
         server_header=False,
         date_header=False,
+        # One context, built and checked at start, serves every TLS listener.
+        ssl_context_factory=(lambda _config, _default: context) if context else None,
     )
     return _Uvicorn(config)
 
@@ -86,11 +109,15 @@ class Gateway:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.repository = ModelRepository(
-            options.model_repository, options.model_control_mode, options.max_queue_size
+            options.model_repository,
+            options.model_control_mode,
+            options.max_queue_size,
+            options.queue_budget_ms,
         )
         self.core = InferenceCore(self.repository, options.admin_token, options.allow_shared_memory)
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
+        self._shedding: asyncio.Task | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self.http: _Uvicorn | None = None
         self.metrics: _Uvicorn | None = None
@@ -98,6 +125,10 @@ class Gateway:
 
     async def start(self) -> None:
         options = self.options
+        options.check()
+        # ConfigError here, before any port is bound, if the TLS files are unusable.
+        context = options.tls.ssl_context() if options.tls else None
+        credentials = options.tls.grpc_credentials() if options.tls else None
         # Bind every port before starting anything, so a port in use is one clear error.
         http_socket = _listen(options.host, options.http_port, "HTTP")
         metrics_socket = _listen(options.host, options.metrics_port, "metrics")
@@ -113,7 +144,10 @@ class Gateway:
         self.health = add_services(self.grpc_server, self.core)
         address = f"{options.host}:{options.grpc_port}"
         try:
-            self.grpc_server.add_insecure_port(address)
+            if credentials is None:
+                self.grpc_server.add_insecure_port(address)
+            else:
+                self.grpc_server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             for sock in (http_socket, metrics_socket, sagemaker_socket):
                 if sock is not None:
@@ -125,9 +159,10 @@ class Gateway:
         self.http = _uvicorn(
             with_infer_route(
                 create_app(self.core, options.max_body_bytes), self.core, options.max_body_bytes
-            )
+            ),
+            context,
         )
-        self.metrics = _uvicorn(create_metrics_app(self.repository))
+        self.metrics = _uvicorn(create_metrics_app(self.repository), context)
         self._tasks.append(asyncio.create_task(self.http.serve(sockets=[http_socket])))
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
         if sagemaker_socket is not None:
@@ -139,6 +174,8 @@ class Gateway:
         await self.repository.load_startup_models(options.load_models)
         if options.model_control_mode == "poll":
             self._poller = asyncio.create_task(self._poll())
+        in_flight = self.core.in_flight
+        self._shedding = asyncio.create_task(self.core.shedder.watch(lambda: in_flight.count > 0))
         self.core.started = True
         await set_serving(self.health, True)
         ready = sorted({m.name for m in self.repository.ready_models()})
@@ -153,10 +190,23 @@ class Gateway:
             len(ready),
             ", ".join(ready) or "none",
         )
+        if options.tls is not None:
+            log.info(
+                "TLS on the HTTP, gRPC and metrics ports; client certificates %s",
+                f"required (CA {options.tls.client_ca})"
+                if options.tls.client_ca
+                else "not asked for",
+            )
         if options.sagemaker_port is not None:
             log.info(
                 "SageMaker /ping and /invocations on %s:%d", options.host, options.sagemaker_port
             )
+            if options.tls is not None:
+                log.warning(
+                    "the SageMaker port %d serves plain HTTP: SageMaker's platform calls "
+                    "the container over HTTP and terminates TLS itself",
+                    options.sagemaker_port,
+                )
 
     async def _poll(self) -> None:
         while True:
@@ -167,18 +217,34 @@ class Gateway:
                 log.exception("repository poll failed")
 
     async def stop(self) -> None:
-        """Stop listening, let requests in flight finish, unload every model."""
+        """Drain (gateway/drain.py): unready at once, new inference requests refused with
+        503 while the listeners stay open, requests in flight answered; then the listeners
+        close and every model unloads."""
+        loop = asyncio.get_running_loop()
+        drain_s = self.options.drain_seconds
+        deadline = loop.time() + drain_s
         self.core.stopping = True
         if self._poller is not None:
             self._poller.cancel()
-        for server in (self.http, self.metrics, self.sagemaker):
-            if server is not None:
-                server.should_exit = True
         if self.grpc_server is not None:
             await set_serving(self.health, False)
-            await self.grpc_server.stop(grace=5)
+        if not await self.core.in_flight.wait_idle(drain_s):
+            log.warning(
+                "%d request(s) still in flight after %g s (--drain-seconds); stopping anyway",
+                self.core.in_flight.count, drain_s,
+            )  # fmt: skip
+        remaining = max(deadline - loop.time(), 0.5)
+        for server in (self.http, self.metrics, self.sagemaker):
+            if server is not None:
+                server.config.timeout_graceful_shutdown = remaining  # then connections close
+                server.should_exit = True
+        if self.grpc_server is not None:
+            # Requests are answered by now; what is left is streams held open by clients.
+            await self.grpc_server.stop(grace=min(remaining, 1.0))
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.core.shared_memory.unregister()
+        if self._shedding is not None:
+            self._shedding.cancel()
         await self.repository.unload_all()
         log.info("accel-gateway stopped")
 
@@ -191,5 +257,11 @@ class Gateway:
         try:
             await self.start()
             await stop.wait()
+            log.info(
+                "stopping: draining requests in flight (at most %g s)", self.options.drain_seconds
+            )
         finally:
+            # Whatever hangs from here on (a child, a library's exit handler), the
+            # process ends by then.
+            start_exit_watchdog(self.options.drain_seconds + UNLOAD_MARGIN_S)
             await self.stop()

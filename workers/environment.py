@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from accel_base.cpu import usable_cores
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from backends.parameters import string_parameter
@@ -21,6 +22,7 @@ _ALLOCATOR_SETTINGS = {
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
 }
+# Pool sizes read at start by OpenMP, MKL, OpenBLAS and TVM (which falls back on OpenMP's).
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -48,8 +50,18 @@ def worker_environment(
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         worker_device = device
-    threads = (string_parameter(config, "intra_op_thread_count") or "").strip()
-    if threads.isdigit():
-        for key in _THREAD_VARIABLES:
-            env[key] = threads
+    # The config's count (ONNX Runtime's key, or PyTorch's), else the gateway's own
+    # variable, else the cores the worker may use (it inherits the affinity and cgroup).
+    threads = _configured_threads(config)
+    cores = str(usable_cores())
+    for key in _THREAD_VARIABLES:
+        env[key] = threads or env.get(key) or cores
     return env, worker_device
+
+
+def _configured_threads(config: mc.ModelConfig) -> str | None:
+    for key in ("intra_op_thread_count", "INTRA_OP_THREAD_COUNT"):
+        threads = (string_parameter(config, key) or "").strip()
+        if threads.isdigit() and int(threads) > 0:
+            return threads
+    return None

@@ -70,6 +70,9 @@ def contents_to_array(
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         raise InvalidArgument(f"{where}: {datatype} data can only be sent in raw_input_contents")
+    others = [f.name for f, _ in contents.ListFields() if f.name != field]
+    if others:
+        raise InvalidArgument(f"{where}: {datatype} data goes in {field}, not in {others[0]}")
     values = getattr(contents, field)
     expected = element_count(shape)
     if len(values) != expected:
@@ -110,6 +113,11 @@ def decode_request(
                 raise InvalidArgument(f"{where}: shared memory is not served here")
             data = shared_memory(where, datatype, shape, parameters)
         elif raw:
+            if tensor.HasField("contents"):
+                raise InvalidArgument(
+                    f"{where} has contents, but the request has raw_input_contents: send every "
+                    "input's data one way"
+                )
             if consumed == len(raw):
                 raise _raw_count_error(len(raw), message)
             data = from_raw(raw[consumed], datatype, shape, where)
@@ -125,8 +133,17 @@ def decode_request(
         id=message.id,
         parameters=_parameters(message.parameters),
         inputs=inputs,
-        outputs=[RequestedOutput(o.name, _parameters(o.parameters)) for o in message.outputs],
+        outputs=[_requested_output(o) for o in message.outputs],
     )
+
+
+def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
+    parameters = _parameters(output.parameters)
+    if parameters.get("classification"):
+        raise InvalidArgument(
+            f"output '{output.name}': the classification extension is not supported by this server"
+        )
+    return RequestedOutput(output.name, parameters)
 
 
 def _raw_count_error(count: int, message: pb.ModelInferRequest) -> InvalidArgument:

@@ -99,6 +99,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request, context):
+        self.core.shedder.check()  # before decoding: a refusal must cost little
         infer_request = decode_request(request, self.core.shared_memory.input_array)
         remaining = context.time_remaining()  # None without a deadline
         if remaining is not None:

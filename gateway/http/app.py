@@ -13,8 +13,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accel_base.errors import GatewayError, InvalidArgument
 from gateway.core import InferenceCore
+from gateway.http import fields
 from gateway.http.body import read_body
 from gateway.http.codec import parse_json
+from gateway.http.fields import brief, get_bool, get_string, non_negative_int
+from gateway.http.openapi import OPENAPI_PATH, openapi_document
 from gateway.model_config import config_to_json
 
 log = logging.getLogger(__name__)
@@ -43,7 +46,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         return {}
     data = parse_json(body)
     if not isinstance(data, dict):
-        raise InvalidArgument("the request body must be a JSON object")
+        raise InvalidArgument(f"the request body must be a JSON object, got {brief(data)}")
     return data
 
 
@@ -58,8 +61,10 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
             return error_response(f"no such endpoint: {request.method} {request.url.path}", 404)
-        if exc.status_code == 405:
-            return error_response(f"{request.method} is not allowed on {request.url.path}", 405)
+        if exc.status_code == 405:  # with Starlette's Allow header, which RFC 9110 requires
+            response = error_response(f"{request.method} is not allowed on {request.url.path}", 405)
+            response.headers.update(exc.headers or {})
+            return response
         return error_response(str(exc.detail), exc.status_code)
 
     @app.exception_handler(RequestValidationError)
@@ -81,6 +86,10 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     async def ready() -> Response:
         return Response(status_code=200 if core.ready() else 503)
 
+    @app.get(OPENAPI_PATH)
+    async def openapi() -> Response:
+        return json_response(openapi_document())
+
     @app.get("/v2")
     async def server_metadata() -> Response:
         return json_response(core.server_metadata())
@@ -97,7 +106,10 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.get("/v2/models/{name}/ready")
     @app.get("/v2/models/{name}/versions/{version}/ready")
     async def model_ready(name: str, version: str = "") -> Response:
-        return Response(status_code=200 if core.model_ready(name, version) else 503)
+        # Not ready says why: 404 unknown model or version, 400 malformed version, 503 not
+        # (yet) ready. tritonclient's is_model_ready is False for any status but 200.
+        core.check_model_ready(name, version)
+        return Response(status_code=200)
 
     @app.get("/v2/models/{name}/config")
     @app.get("/v2/models/{name}/versions/{version}/config")
@@ -116,20 +128,18 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.post("/v2/repository/index")
     async def repository_index(request: Request) -> Response:
         body = await read_json(request, max_body_bytes)
-        return json_response(core.repository_index(bool(body.get("ready", False))))
+        return json_response(core.repository_index(get_bool(body, "ready", "the index request")))
 
     @app.post("/v2/repository/models/{name}/load")
     async def load(request: Request, name: str) -> Response:
         body = await read_json(request, max_body_bytes)
-        parameters = body.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise InvalidArgument("load 'parameters' must be a JSON object")
+        parameters = fields.parameters(body, "the load request")
         await core.load_model(name, bearer_token(request), parameters)
         return Response(status_code=200)
 
     @app.post("/v2/repository/models/{name}/unload")
     async def unload(request: Request, name: str) -> Response:
-        await read_json(request, max_body_bytes)
+        fields.parameters(await read_json(request, max_body_bytes), "the unload request")
         await core.unload_model(name, bearer_token(request))
         return Response(status_code=200)
 
@@ -144,10 +154,11 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.post("/v2/systemsharedmemory/region/{name}/register")
     async def shm_register(request: Request, name: str) -> Response:
         body = await read_json(request, SHM_BODY_LIMIT)  # {"key", "offset", "byte_size"}
-        core.register_system_shared_memory(
-            name, body.get("key"), body.get("offset", 0), body.get("byte_size"),
-            bearer_token(request),
-        )  # fmt: skip
+        where = "the register request"
+        key = get_string(body, "key", where)
+        offset = non_negative_int(body.get("offset", 0), f"{where}: 'offset'")
+        byte_size = non_negative_int(body.get("byte_size"), f"{where}: 'byte_size'")
+        core.register_system_shared_memory(name, key, offset, byte_size, bearer_token(request))
         return Response(status_code=200)
 
     @app.post("/v2/systemsharedmemory/unregister")

@@ -8,20 +8,17 @@ views of the body (no copy); JSON data goes through numpy in one call.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
 import orjson
 
-from accel_base.datatypes import (
-    NUMPY_DTYPES,
-    check_datatype,
-    check_shape,
-    element_count,
-    from_raw,
-    to_raw,
-)
+from accel_base.datatypes import check_datatype, check_shape, from_raw, to_raw
 from accel_base.errors import InvalidArgument
+from gateway.http import fields
+from gateway.http.fields import brief, check_bool_parameter, get_list, get_string, is_int
+from gateway.http.json_data import json_to_array
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.shared_memory import REGION as SHM_REGION
 from gateway.shared_memory import InputSource
@@ -30,29 +27,62 @@ HEADER_LENGTH = "inference-header-content-length"
 
 
 def parse_json(data: bytes) -> Any:
-    """Parse JSON, accepting NaN and Infinity as Triton does (clients send them for floats)."""
+    """Parse JSON, accepting NaN and Infinity as Triton does (clients send them for floats).
+
+    orjson refuses nesting past 1024 levels; the json module, which the bodies with NaN or
+    Infinity need, recurses, so its RecursionError is caught here and answered as a 400.
+    """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         pass
     try:  # the slow path: only bodies with non-finite floats, or invalid ones, come here
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        value = json.loads(data)
+    except RecursionError:
+        raise InvalidArgument(
+            f"the request's JSON nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} "
+            "levels, fewer in a body with NaN or Infinity)"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also >4300-digit integers
         raise InvalidArgument(f"the request's JSON is not valid: {exc}") from None
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidArgument(f"{what} must be a JSON object, got {type(value).__name__}")
+    # orjson refuses unpaired surrogate escapes ("\ud800"), json does not: refuse them too,
+    # since such a string cannot be encoded back to UTF-8 (not even in an error message).
+    if _SURROGATE_ESCAPE.search(data) and _has_lone_surrogate(value):
+        raise InvalidArgument(
+            "the request's JSON has a string with an unpaired surrogate escape (\\ud800 to "
+            "\\udfff), which is not Unicode text"
+        )
     return value
 
 
-def _shape(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
-    ):
+# orjson's limit. json's is Python's recursion limit (1000) less the frames in use.
+MAX_JSON_DEPTH = 1024
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]  # a loop, not recursion: the value may be nested 1000 levels deep
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+    return False
+
+
+def _shape(raw: dict[str, Any], where: str) -> tuple[int, ...]:
+    value = raw.get("shape")
+    if not isinstance(value, list) or not all(is_int(d) and d >= 0 for d in value):
         raise InvalidArgument(
-            f"{where}: 'shape' must be a list of non-negative integers, got {value!r}"
+            f"{where}: 'shape' must be an array of non-negative integers, got {brief(value)}"
         )
     return check_shape(tuple(value), where)
 
@@ -69,28 +99,24 @@ def decode_request(
             f"Inference-Header-Content-Length is {header_length} but the body has {len(body)} bytes"
         )
     header_bytes = body if header_length is None else body[:header_length]
-    header = _object(parse_json(header_bytes), "the request body")
-    raw_inputs = header.get("inputs")
-    if not isinstance(raw_inputs, list):
-        raise InvalidArgument("the request needs an 'inputs' list")
+    header = parse_json(header_bytes)
+    if not isinstance(header, dict):
+        raise InvalidArgument(f"the request body must be a JSON object, got {brief(header)}")
+    raw_inputs = get_list(header, "inputs", "the request", required=True)
     view = memoryview(body)
     offset = len(header_bytes)
     inputs = []
     for position, raw in enumerate(raw_inputs):
-        raw = _object(raw, f"inputs[{position}]")
-        name = raw.get("name")
-        if not isinstance(name, str):
-            raise InvalidArgument(f"inputs[{position}] needs a string 'name'")
+        if not isinstance(raw, dict):
+            raise InvalidArgument(f"inputs[{position}] must be a JSON object, got {brief(raw)}")
+        name = get_string(raw, "name", f"inputs[{position}]")
         where = f"input '{name}'"
-        datatype = raw.get("datatype")
-        if not isinstance(datatype, str):
-            raise InvalidArgument(f"{where} needs a string 'datatype'")
-        check_datatype(datatype, where)
-        shape = _shape(raw.get("shape"), where)
-        parameters = _object(raw.get("parameters") or {}, f"{where} parameters")
+        datatype = check_datatype(get_string(raw, "datatype", where), where)
+        shape = _shape(raw, where)
+        parameters = fields.parameters(raw, where)
         size = parameters.pop("binary_data_size", None)
         if SHM_REGION in parameters:
-            if size is not None or "data" in raw:
+            if size is not None or raw.get("data") is not None:
                 raise InvalidArgument(
                     f"{where} names a shared-memory region and also carries data; give one"
                 )
@@ -98,14 +124,16 @@ def decode_request(
                 raise InvalidArgument(f"{where}: shared memory is not served on this route")
             data = shared_memory(where, datatype, shape, parameters)
         elif size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(body):
+            if raw.get("data") is not None:
+                raise InvalidArgument(f"{where} has both 'data' and a binary_data_size; give one")
+            if not is_int(size) or size < 0 or offset + size > len(body):
                 raise InvalidArgument(
-                    f"{where}: binary_data_size {size!r} does not fit the {len(body) - offset} "
-                    "bytes of binary data left in the body"
+                    f"{where}: binary_data_size {brief(size)} does not fit the "
+                    f"{len(body) - offset} bytes of binary data left in the body"
                 )
             data = from_raw(view[offset : offset + size], datatype, shape, where)
             offset += size
-        elif "data" in raw:
+        elif raw.get("data") is not None:
             data = json_to_array(raw["data"], datatype, shape, where)
         else:
             raise InvalidArgument(f"{where} has neither 'data' nor a binary_data_size parameter")
@@ -116,52 +144,27 @@ def decode_request(
             "(check each input's binary_data_size)"
         )
     outputs = []
-    for position, raw in enumerate(header.get("outputs") or []):
-        raw = _object(raw, f"outputs[{position}]")
-        name = raw.get("name")
-        if not isinstance(name, str):
-            raise InvalidArgument(f"outputs[{position}] needs a string 'name'")
-        parameters = _object(raw.get("parameters") or {}, f"output '{name}' parameters")
+    for position, raw in enumerate(get_list(header, "outputs", "the request")):
+        if not isinstance(raw, dict):
+            raise InvalidArgument(f"outputs[{position}] must be a JSON object, got {brief(raw)}")
+        name = get_string(raw, "name", f"outputs[{position}]")
+        parameters = fields.parameters(raw, f"output '{name}'")
+        check_bool_parameter(parameters, "binary_data", f"output '{name}'")
         if parameters.get("classification"):
             raise InvalidArgument(
                 f"output '{name}': the classification extension is not supported by this server"
             )
         outputs.append(RequestedOutput(name, parameters))
-    request_id = header.get("id", "")
+    parameters = fields.parameters(header, "the request")
+    check_bool_parameter(parameters, "binary_data_output", "the request")
     return InferRequest(
         model_name=model_name,
         model_version=model_version,
-        id=request_id if isinstance(request_id, str) else str(request_id),
-        parameters=_object(header.get("parameters") or {}, "request parameters"),
+        id=get_string(header, "id", "the request", required=False),
+        parameters=parameters,
         inputs=inputs,
         outputs=outputs,
     )
-
-
-def json_to_array(data: Any, datatype: str, shape: tuple[int, ...], where: str) -> np.ndarray:
-    """JSON tensor data (flat or nested, row-major) -> array of `shape`."""
-    if datatype == "BF16":
-        raise InvalidArgument(f"{where}: BF16 data can only be sent as binary data")
-    expected = element_count(shape)
-    try:
-        if datatype == "BYTES":
-            flat = np.asarray(data, dtype=np.object_).reshape(-1)
-            array = np.array([_utf8(e, where) for e in flat], dtype=np.object_)
-        else:
-            array = np.asarray(data, dtype=NUMPY_DTYPES[datatype])
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidArgument(f"{where}: 'data' is not valid {datatype} data: {exc}") from None
-    if array.size != expected:
-        raise InvalidArgument(
-            f"{where}: shape {list(shape)} needs {expected} elements, 'data' has {array.size}"
-        )
-    return array.reshape(shape)
-
-
-def _utf8(element: Any, where: str) -> bytes:
-    if isinstance(element, str):
-        return element.encode()
-    raise InvalidArgument(f"{where}: BYTES elements in JSON must be strings, got {element!r}")
 
 
 def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, int | None]:

@@ -60,6 +60,7 @@ async def serve_infer(
     version: str,
 ) -> None:
     """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
+    core.shedder.check()  # before the body is read: a refusal must cost little
     headers = dict(scope["headers"])
     body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
     encoding = headers.get(b"content-encoding")
@@ -111,8 +112,13 @@ def with_infer_route(app: ASGIApp, core: InferenceCore, max_body_bytes: int) -> 
     """`app` with POST /v2/models/{name}[/versions/{version}]/infer handled here."""
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if scope["type"] == "http":
             match = _INFER_PATH.fullmatch(scope["path"])
+            if match is not None and scope["method"] != "POST":
+                message = f"{scope['method']} is not allowed on {scope['path']}"
+                headers = [(b"content-type", b"application/json"), (b"allow", b"POST")]
+                await respond(send, 405, orjson.dumps({"error": message}), headers)
+                return
             if match is not None:
                 handler = serve_infer(
                     core, max_body_bytes, scope, receive, send, match[1], match[2] or ""

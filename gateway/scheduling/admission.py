@@ -25,7 +25,7 @@ from backends.parameters import string_parameter
 from gateway.inference import InferRequest
 
 # A budget shorter than this many jobs refuses requests that would start soon anyway.
-MIN_JOBS_IN_BUDGET = 8
+MIN_JOBS_IN_BUDGET = 2
 DEFAULT_QUEUE_BUDGET_MS = 10.0  # the server's --queue-budget-ms
 
 

@@ -17,27 +17,21 @@ may use one core only), and on its thread as soon as they grow longer.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+# usable_cores: the process's affinity capped by its cgroup's CPU quota (re-exported).
+from accel_base.cpu import usable_cores
 from backends.base import Backend
 
 # Runs shorter than this (moving average) execute on the event loop instead of a thread.
 INLINE_BELOW_NS = 100_000
 # On a single core a thread buys no parallel compute, only overlap of the loop's I/O
-# with the run: worth its hand-off cost for long runs only.
-INLINE_BELOW_NS_SINGLE_CORE = 5_000_000
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), e.g. 1 under `taskset -c 0`."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+# with the run: worth its hand-off cost for long runs only. Past a millisecond, an inline
+# run delays every other request, overload refusals and health checks included.
+INLINE_BELOW_NS_SINGLE_CORE = 1_000_000
 
 
 def inline_limit_ns(single_core: bool) -> int:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
+from accel_base.cpu import usable_cores
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class
 from backends.onnx_runtime import OnnxRuntimeBackend, choose_providers, session_options
@@ -91,3 +92,13 @@ def test_runs_bf16_and_strings(example_repository):
     assert strings.memory_bytes() > 0
     for backend in (bf16, strings):
         backend.unload()
+
+
+def test_thread_counts_default_to_the_usable_cores():
+    cores = usable_cores()
+    for unset in (
+        config(),
+        config('parameters { key: "intra_op_thread_count" value { string_value: "0" } }'),
+    ):
+        options = session_options(unset)
+        assert (options.intra_op_num_threads, options.inter_op_num_threads) == (cores, cores)

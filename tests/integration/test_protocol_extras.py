@@ -62,7 +62,7 @@ def test_raw_http_errors_are_json(gateway):
     base = f"http://{gateway.http_url}"
     cases = [
         (httpx.post(f"{base}/v2/models/simple/infer", content=b"{not json"), 400, "not valid"),
-        (httpx.post(f"{base}/v2/models/simple/infer", json={"inputs": 3}), 400, "'inputs' list"),
+        (httpx.post(f"{base}/v2/models/simple/infer", json={"inputs": 3}), 400, "'inputs' array"),
         (httpx.get(f"{base}/v2/nowhere"), 404, "no such endpoint"),
         (
             httpx.post(

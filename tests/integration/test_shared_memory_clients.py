@@ -322,10 +322,10 @@ def test_raw_http_register_errors(shm_gateway):
     base = f"http://{shm_gateway.http_url}/v2/systemsharedmemory"
     register = f"{base}/region/raw/register"
     cases = [
-        (httpx.post(register), 400, "key must be a non-empty string, got None"),
+        (httpx.post(register), 400, "'key' must be a string, got null"),
         (httpx.post(register, content=b"{nope"), 400, "not valid"),
         (httpx.post(register, json=[1]), 400, "must be a JSON object"),
-        (httpx.post(register, json={"key": "/k"}), 400, "byte_size must be an integer"),
+        (httpx.post(register, json={"key": "/k"}), 400, "'byte_size' must be a non-negative"),
         (httpx.post(register, json={"key": "/k", "offset": "0", "byte_size": 8}), 400, "offset"),
         (httpx.post(register, content=b" " * 70_000), 413, "limit"),
         (httpx.get(register), 405, "GET is not allowed"),

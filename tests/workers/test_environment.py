@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from accel_base.cpu import usable_cores
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from workers.environment import worker_environment
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def config(**parameters: str) -> mc.ModelConfig:
@@ -40,3 +43,16 @@ def test_a_cpu_instance_sees_no_gpu_and_keeps_user_allocator_settings():
 def test_thread_counts_come_from_the_config():
     env, _ = worker_environment(config(intra_op_thread_count="3"), Device("cpu"), 1, base={})
     assert env["OMP_NUM_THREADS"] == "3"
+
+
+def test_thread_counts_default_to_the_usable_cores_and_keep_the_users_own():
+    cores = str(usable_cores())
+    env, _ = worker_environment(config(), Device("cpu"), 1, base={})
+    assert [env[key] for key in THREAD_VARIABLES] == [cores] * 3
+    env, _ = worker_environment(config(intra_op_thread_count="0"), Device("cpu"), 1, base={})
+    assert env["OMP_NUM_THREADS"] == cores
+    env, _ = worker_environment(config(), Device("cpu"), 1, base={"OMP_NUM_THREADS": "7"})
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("7", cores)
+    torch_count = config(INTRA_OP_THREAD_COUNT="2")
+    env, _ = worker_environment(torch_count, Device("cpu"), 1, base={"OMP_NUM_THREADS": "7"})
+    assert [env[key] for key in THREAD_VARIABLES] == ["2"] * 3

@@ -93,3 +93,39 @@ def test_shared_memory_output_gets_an_empty_raw_entry():
     assert [list(o.shape) for o in message.outputs] == [[1, 2], [1]]
     assert list(message.raw_output_contents) == [b"", b"\x07"]
     assert not message.outputs[0].parameters  # as Triton: nothing but name, datatype, shape
+
+
+def test_more_than_64_dimensions():
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="INT8", shape=[1] * 65)
+    message.raw_input_contents.append(b"\x01")
+    with pytest.raises(InvalidArgument, match="65 dimensions, at most 64"):
+        decode_request(message)
+
+
+def test_typed_contents_out_of_range_or_in_the_wrong_field():
+    message = pb.ModelInferRequest(model_name="m")
+    tensor = message.inputs.add(name="x", datatype="UINT8", shape=[1])
+    tensor.contents.uint_contents.append(300)
+    with pytest.raises(InvalidArgument, match="does not fit UINT8"):
+        decode_request(message)
+    tensor.contents.uint_contents[0] = 3
+    tensor.contents.fp32_contents.append(1.0)
+    with pytest.raises(InvalidArgument, match="UINT8 data goes in uint_contents, not in fp32"):
+        decode_request(message)
+
+
+def test_contents_and_raw_contents_together():
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="INT8", shape=[1]).contents.int_contents.append(1)
+    message.inputs.add(name="y", datatype="INT8", shape=[1])
+    message.raw_input_contents.append(b"\x01")
+    with pytest.raises(InvalidArgument, match="input 'x' has contents, but the request has raw"):
+        decode_request(message)
+
+
+def test_classification_is_refused_as_over_http():
+    message = pb.ModelInferRequest(model_name="m")
+    message.outputs.add(name="y").parameters["classification"].int64_param = 3
+    with pytest.raises(InvalidArgument, match="classification extension is not supported"):
+        decode_request(message)

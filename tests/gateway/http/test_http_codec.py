@@ -57,12 +57,12 @@ def test_json_accepts_nan_and_infinity():
 @pytest.mark.parametrize(
     ("input_", "message"),
     [
-        ({"name": "x", "shape": [2], "datatype": "UINT8", "data": [1, 300]}, "not valid UINT8"),
+        ({"name": "x", "shape": [2], "datatype": "UINT8", "data": [1, 300]}, "range of UINT8"),
         ({"name": "x", "shape": [-1], "datatype": "UINT8", "data": [1]}, "non-negative"),
         ({"name": "x", "shape": [1], "datatype": "BF16", "data": [1]}, "only be sent as binary"),
         ({"name": "x", "shape": [1], "datatype": "BYTES", "data": [1]}, "must be strings"),
         ({"name": "x", "shape": [1], "datatype": "FP32"}, "neither 'data' nor"),
-        ({"shape": [1], "datatype": "FP32", "data": [1]}, "needs a string 'name'"),
+        ({"shape": [1], "datatype": "FP32", "data": [1]}, "'name' must be a string"),
     ],
 )
 def test_bad_json_inputs_name_the_problem(input_, message):

@@ -1,0 +1,86 @@
+"""How many cores this process may use: its CPU affinity, capped by its cgroup's CPU quota.
+
+Frameworks size their thread pools from the machine (os.cpu_count, or its physical
+cores), which ignores `taskset` and a container's CPU limit alike: more threads than
+cores then fight over them, and some pools even pin threads to cores outside the
+process's affinity. Every pool size we choose starts from `usable_cores()`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+def usable_cores(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:
+    """Cores in the process's affinity (1 under `taskset -c 0`), no more than its cgroup's
+    CPU quota allows (2 for a quota of 1.5 CPUs), and at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_limit(cgroup_root, proc_cgroup)
+    if quota is not None:
+        cores = min(cores, quota)
+    return max(1, cores)
+
+
+def cgroup_cpu_limit(
+    cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP
+) -> int | None:
+    """ceil(quota / period) of the strictest CPU quota on the process's cgroup or one of
+    its ancestors (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`); None when none is set."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":  # v2; hybrid systems mount it at unified/
+            for mount in (cgroup_root, cgroup_root / "unified"):
+                limits += [_v2_limit(d) for d in _with_ancestors(mount, path)]
+        elif "cpu" in controllers.split(","):  # v1, mounted as cpu,cpuacct/ or cpu/
+            for mount in (cgroup_root / controllers, cgroup_root / "cpu"):
+                limits += [_v1_limit(d) for d in _with_ancestors(mount, path)]
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def _with_ancestors(mount: Path, path: str) -> list[Path]:
+    """The cgroup's directory and its parents up to the mount. A quota on any of them
+    applies; and inside a container without its own cgroup namespace, /proc shows the
+    host's path while the mount is the container's own cgroup, found as the last entry."""
+    parts = [p for p in path.split("/") if p]
+    return [mount.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _v2_limit(directory: Path) -> int | None:
+    try:
+        quota, period = (directory / "cpu.max").read_text().split()
+        return _cores(int(quota), int(period)) if quota != "max" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_limit(directory: Path) -> int | None:
+    try:
+        quota = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return _cores(quota, period)
+
+
+def _cores(quota: int, period: int) -> int | None:
+    """A quota of -1 (v1) or non-positive values mean no limit."""
+    if quota <= 0 or period <= 0:
+        return None
+    return max(1, math.ceil(quota / period))

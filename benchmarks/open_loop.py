@@ -1,0 +1,178 @@
+"""An open-loop HTTP/1.1 load generator: requests leave on a schedule, whatever the answers.
+
+A closed loop (perf_analyzer's concurrency mode, Locust's users) sends the next request
+only when one comes back, so it slows down with the server and never shows what an
+overloaded server does to callers who do not wait. Here each request goes out at its
+time on a kept-alive connection that is idle, or on a new one; every request ends as
+an answer (its status and latency) or as unanswered after the timeout.
+
+Only for 127.0.0.1 and pre-encoded request bytes: the parsing is the least HTTP/1.1
+needs (a status line, Content-Length), so that one core sends as much as it can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+_LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
+MAX_CONNECTIONS = 4096
+TICK_S = 0.001
+
+
+@dataclass
+class Outcome:
+    sent: float  # loop time
+    status: int | None = None  # None: unanswered
+    latency_s: float | None = None
+
+
+@dataclass
+class Run:
+    outcomes: list[Outcome] = field(default_factory=list)
+    late_sends: int = 0  # requests that left later than 10 ms after their time
+    ended: float = 0.0  # loop time of the last send
+
+    def count(self, status: int | None) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, generator: _Generator) -> None:
+        self.generator = generator
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.expected: tuple[int, int] | None = None  # (status, total bytes) of the answer
+        self.outcome: Outcome | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def send(self, request: bytes, outcome: Outcome) -> None:
+        self.outcome = outcome
+        assert self.transport is not None
+        self.transport.write(request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            if self.expected is None:
+                end = self.buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head = bytes(self.buffer[: end + 2])
+                length = _LENGTH.search(head)
+                self.expected = (int(head[9:12]), end + 4 + int(length[1]) if length else 0)
+            status, total = self.expected
+            if len(self.buffer) < total:
+                return
+            del self.buffer[:total]
+            self.expected = None
+            outcome, self.outcome = self.outcome, None
+            if outcome is not None:
+                outcome.status = status
+                outcome.latency_s = time.monotonic() - outcome.sent
+            self.generator.idle.append(self)
+
+    def connection_lost(self, exc) -> None:
+        self.generator.connections.discard(self)
+        if self in self.generator.idle:
+            self.generator.idle.remove(self)
+
+
+class _Generator:
+    def __init__(self, host: str, port: int, request: bytes) -> None:
+        self.host, self.port, self.request = host, port, request
+        self.idle: deque[_Connection] = deque()
+        self.connections: set[_Connection] = set()
+        self.opening = 0
+
+    async def _open_and_send(self, outcome: Outcome) -> None:
+        self.opening += 1
+        try:
+            loop = asyncio.get_running_loop()
+            _, connection = await loop.create_connection(
+                lambda: _Connection(self), self.host, self.port
+            )
+        except OSError:
+            return  # stays unanswered
+        finally:
+            self.opening -= 1
+        self.connections.add(connection)
+        connection.send(self.request, outcome)
+
+    def send(self, outcome: Outcome, tasks: set[asyncio.Task]) -> None:
+        while self.idle:
+            connection = self.idle.popleft()
+            if connection in self.connections:
+                connection.send(self.request, outcome)
+                return
+        if len(self.connections) + self.opening >= MAX_CONNECTIONS:
+            return  # every connection is waiting for an answer: unanswered
+        task = asyncio.ensure_future(self._open_and_send(outcome))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def close(self) -> None:
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+
+
+async def offer(
+    host: str, port: int, request: bytes, rate: float, seconds: float, timeout_s: float = 10.0
+) -> Run:
+    """Send `rate` requests a second for `seconds`, then wait for answers up to `timeout_s`
+    after the last send."""
+    generator = _Generator(host, port, request)
+    run = Run()
+    tasks: set[asyncio.Task] = set()
+    start = time.monotonic()
+    total = int(rate * seconds)
+    while len(run.outcomes) < total:
+        now = time.monotonic()
+        due = min(int((now - start) * rate) + 1, total)
+        for index in range(len(run.outcomes), due):
+            scheduled = start + index / rate
+            if now - scheduled > 0.010:
+                run.late_sends += 1
+            outcome = Outcome(sent=now)
+            run.outcomes.append(outcome)
+            generator.send(outcome, tasks)
+        await asyncio.sleep(TICK_S)
+    run.ended = time.monotonic()
+    deadline = run.ended + timeout_s
+    while time.monotonic() < deadline and any(o.status is None for o in run.outcomes):
+        await asyncio.sleep(0.01)
+    generator.close()
+    for task in tasks:
+        task.cancel()
+    return run
+
+
+async def closed_loop(host: str, port: int, request: bytes, connections: int, seconds: float):
+    """Answers a second (2xx only) with `connections` clients that each wait for the last."""
+    generator = _Generator(host, port, request)
+    tasks: set[asyncio.Task] = set()
+    outcomes: list[Outcome] = []
+    start = time.monotonic()
+    for _ in range(connections):
+        outcomes.append(Outcome(sent=time.monotonic()))
+        generator.send(outcomes[-1], tasks)
+    while time.monotonic() - start < seconds:
+        while generator.idle:
+            outcomes.append(Outcome(sent=time.monotonic()))
+            generator.send(outcomes[-1], tasks)
+        await asyncio.sleep(0)
+    elapsed = time.monotonic() - start
+    generator.close()
+    return sum(1 for o in outcomes if o.status == 200) / elapsed
+
+
+def http_request(host: str, port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(body)}"]
+    lines += [f"{key}: {value}" for key, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body

@@ -1,0 +1,32 @@
+"""A real gateway for the fuzzers: `simple` and the identity models (ONNX, built in seconds,
+so the fuzz suite does not wait for the whole example repository), with system shared
+memory served so that its routes are fuzzed too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.launch import GatewayProcess, start_gateway
+from models import identity, simple
+
+
+@pytest.fixture(scope="session")
+def fuzz_repository(tmp_path_factory) -> Path:
+    repository = tmp_path_factory.mktemp("fuzz") / "repository"
+    repository.mkdir()
+    simple.build(repository)
+    identity.build(repository)
+    return repository
+
+
+@pytest.fixture(scope="session")
+def fuzz_gateway(fuzz_repository, tmp_path_factory) -> Iterator[GatewayProcess]:
+    log_path = tmp_path_factory.mktemp("fuzz-logs") / "gateway.log"
+    server = start_gateway(
+        fuzz_repository, "--allow-shared-memory", log_path=log_path, timeout_s=120.0
+    )
+    yield server
+    assert server.stop() == 0, server.log()
