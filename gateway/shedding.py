@@ -23,7 +23,7 @@ from gateway.scheduling.admission import Overloaded
 
 TICK_S = 0.002
 IDLE_TICK_S = 0.05  # while nothing is in flight and the loop is on time: fewer wake-ups
-DEFAULT_TARGET_LAG_S = 0.003
+DEFAULT_TARGET_LAG_S = 0.005
 MAX_REFUSED_SHARE = 0.95
 
 
@@ -39,7 +39,9 @@ class LoopShedder:
         self.refused = 0
 
     def observe(self, late_s: float) -> None:
-        self.lag_s = 0.5 * self.lag_s + 0.5 * max(late_s, 0.0)
+        # Smoothed over some ten ticks: a lone stall (a model loading on another thread,
+        # holding the GIL for a while) must not refuse requests; lasting overload does.
+        self.lag_s = 0.9 * self.lag_s + 0.1 * max(late_s, 0.0)
 
     def refusal_share(self) -> float:
         """The share of new requests to refuse now: 0 up to the target lag, growing to

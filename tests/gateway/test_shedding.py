@@ -43,10 +43,10 @@ def test_watch_sees_a_blocked_loop_and_forgets_it():
         for _ in range(3):  # the overdue tick runs
             await asyncio.sleep(0)
         blocked = shedder.lag_s
-        await asyncio.sleep(0.1)  # free again
+        await asyncio.sleep(0.3)  # free again
         watcher.cancel()
         return blocked, shedder.lag_s
 
     blocked, calm = asyncio.run(scenario())
-    assert blocked > 0.015  # half of the 50 ms, after smoothing
-    assert calm < 0.003
+    assert blocked > 0.004  # a tenth of the 50 ms, after smoothing: not yet refusing
+    assert calm < 0.002

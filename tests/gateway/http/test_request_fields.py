@@ -56,7 +56,7 @@ def test_request_fields_have_their_types(fields, message):
         ({"name": "x", "shape": [1.0], "datatype": "INT32", "data": [1]}, "non-negative integers"),
         ({"name": "x", "shape": [True], "datatype": "INT32", "data": [1]}, "non-negative integers"),
         ({"name": "x", "shape": [1], "datatype": 5, "data": [1]}, "'datatype' must be a string"),
-        ({"name": "x", "shape": [1], "datatype": "INT32", "data": 1}, "'data' must be a JSON array"),
+        ({"name": "x", "shape": [1], "datatype": "INT32", "data": 1}, "'data' must be a JSON"),
         ({"name": "x", "shape": [1], "datatype": "INT32", "data": [1], "parameters": 1}, "object"),
         ({"name": "x", "shape": [2], "datatype": "INT32", "data": [[1], [2, 3]]}, "regular nested"),
     ],
@@ -145,9 +145,8 @@ def test_brief_survives_any_value():
 
 
 def json_input(datatype: str, data: list) -> list:
-    return decode(
-        body_with(inputs=[{"name": "x", "shape": [len(data)], "datatype": datatype, "data": data}])
-    ).inputs[0].data.tolist()
+    entry = {"name": "x", "shape": [len(data)], "datatype": datatype, "data": data}
+    return decode(body_with(inputs=[entry])).inputs[0].data.tolist()
 
 
 @pytest.mark.parametrize(
