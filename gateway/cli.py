@@ -11,6 +11,7 @@ from pathlib import Path
 from gateway import __version__, compile_command, loadtest_command
 from gateway.arguments import port, positive_float, positive_int, positive_seconds
 from gateway.drain import DEFAULT_DRAIN_SECONDS
+from gateway.limits import ConnectionLimits
 from gateway.repository import CONTROL_MODES
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
 from gateway.security import (
@@ -76,6 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="a request that could not start within this long (or within 2 runs of its "
         "model) is refused at once with 503 and Retry-After; a model's queue_budget_ms "
         "parameter overrides it (default %(default)s)",
+    )
+    serve.add_argument(
+        "--read-timeout",
+        type=positive_seconds,
+        default=ConnectionLimits.read_timeout_s,
+        help="an HTTP request (headers and body) must arrive whole within this many seconds "
+        "of its first byte, else 408 (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=ConnectionLimits.max_connections,
+        help="HTTP connections open at once before requests get 503; gRPC calls at once "
+        "before RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.add_argument(
         "--drain-seconds",
@@ -201,6 +216,9 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         max_queue_size=args.max_queue_size,
         queue_budget_ms=args.queue_budget_ms,
         drain_seconds=args.drain_seconds,
+        limits=ConnectionLimits(
+            max_connections=args.max_connections, read_timeout_s=args.read_timeout
+        ),
         max_body_bytes=args.max_request_bytes,
         admin_token=args.admin_token,
         allow_shared_memory=args.allow_shared_memory,

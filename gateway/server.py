@@ -21,6 +21,8 @@ from gateway.grpc.service import add_services, set_serving
 from gateway.http.app import create_app
 from gateway.http.infer_route import with_infer_route
 from gateway.http.sagemaker import create_sagemaker_app
+from gateway.http.timeouts import timed_protocol
+from gateway.limits import ConnectionLimits
 from gateway.metrics import create_metrics_app
 from gateway.repository import ModelRepository
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
@@ -44,6 +46,7 @@ class ServerOptions:
     queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS
     # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/drain.py).
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     max_body_bytes: int = 64 * 1024 * 1024
     admin_token: str | None = None
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
@@ -84,15 +87,17 @@ def _listen(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
-def _uvicorn(app, context: ssl.SSLContext | None = None) -> _Uvicorn:
+def _uvicorn(app, limits: ConnectionLimits, context: ssl.SSLContext | None = None) -> _Uvicorn:
     config = uvicorn.Config(
         app,
         loop="none",
-        http="httptools",
+        http=timed_protocol(limits.read_timeout_s),
+        # Requests on any connection get 503 while this many connections are open.
+        limit_concurrency=limits.max_connections,
         lifespan="off",
         access_log=False,
         log_level="warning",
-        timeout_keep_alive=30,
+        timeout_keep_alive=limits.keep_alive_s,
         # Not behind a proxy by default, and per-response headers nobody reads cost time.
         proxy_headers=False,
         server_header=False,
@@ -135,11 +140,16 @@ class Gateway:
         sagemaker_socket = None
         if options.sagemaker_port is not None:
             sagemaker_socket = _listen(options.host, options.sagemaker_port, "SageMaker")
+        limits = options.limits
         self.grpc_server = grpc.aio.server(
+            # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue.
+            maximum_concurrent_rpcs=limits.max_connections,
             options=[
                 ("grpc.max_receive_message_length", options.max_body_bytes),
                 ("grpc.max_send_message_length", -1),  # the limit is on requests, not answers
-            ]
+                ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+                ("grpc.max_connection_idle_ms", int(limits.keep_alive_s * 1000)),
+            ],
         )
         self.health = add_services(self.grpc_server, self.core)
         address = f"{options.host}:{options.grpc_port}"
@@ -160,13 +170,16 @@ class Gateway:
             with_infer_route(
                 create_app(self.core, options.max_body_bytes), self.core, options.max_body_bytes
             ),
+            limits,
             context,
         )
-        self.metrics = _uvicorn(create_metrics_app(self.repository), context)
+        self.metrics = _uvicorn(create_metrics_app(self.repository), limits, context)
         self._tasks.append(asyncio.create_task(self.http.serve(sockets=[http_socket])))
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
         if sagemaker_socket is not None:
-            self.sagemaker = _uvicorn(create_sagemaker_app(self.core, options.max_body_bytes))
+            self.sagemaker = _uvicorn(
+                create_sagemaker_app(self.core, options.max_body_bytes), limits
+            )
             self._tasks.append(
                 asyncio.create_task(self.sagemaker.serve(sockets=[sagemaker_socket]))
             )

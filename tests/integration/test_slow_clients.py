@@ -1,0 +1,62 @@
+"""Clients that hold connections: slow or truncated requests get 408, connections are capped."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+
+@pytest.fixture
+def gateway_factory_one_second(repository_copy, server_factory):
+    return server_factory(
+        repository_copy("simple"), "--read-timeout", "1", "--max-connections", "4"
+    )
+
+
+def read_reply(sock: socket.socket, timeout_s: float) -> bytes:
+    sock.settimeout(timeout_s)
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except TimeoutError:
+        pass
+    return b"".join(chunks)
+
+
+def test_truncated_slow_and_silent_requests_time_out(gateway_factory_one_second):
+    server = gateway_factory_one_second
+    cases = {
+        # A body shorter than its Content-Length, then nothing.
+        "truncated": b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Length: 100\r\nContent-Type: application/json\r\n\r\n{\"inputs\": [",
+        "slow headers": b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n",  # never ends
+        "silent": b"",
+    }
+    for what, sent in cases.items():
+        with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
+            began = time.monotonic()
+            sock.sendall(sent)
+            reply = read_reply(sock, 5.0)
+            elapsed = time.monotonic() - began
+        assert reply.startswith(b"HTTP/1.1 408"), (what, reply)
+        assert b"read timeout" in reply and 0.9 < elapsed < 3.0, (what, elapsed)
+    # The server goes on serving.
+    assert httpx.get(f"http://{server.http_url}/v2/health/ready").status_code == 200
+
+
+def test_requests_past_the_connection_cap_get_503(gateway_factory_one_second):
+    server = gateway_factory_one_second
+    held = [socket.create_connection(("127.0.0.1", server.http_port)) for _ in range(4)]
+    try:
+        reply = httpx.get(f"http://{server.http_url}/v2/health/live")
+        assert reply.status_code == 503
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    assert httpx.get(f"http://{server.http_url}/v2/health/live").status_code == 200
+
