@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue-budget-ms",
         type=positive_float,
         default=DEFAULT_QUEUE_BUDGET_MS,
-        help="a request that could not start within this long (or within 2 runs of its "
+        help="a request that could not start within this long (or within 16 runs of its "
         "model) is refused at once with 503 and Retry-After; a model's queue_budget_ms "
         "parameter overrides it (default %(default)s)",
     )

@@ -21,7 +21,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
-from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
+from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
 from gateway.sealing import check_config_paths, model_directory, relative_to_repository
 
@@ -205,6 +205,7 @@ class ModelRepository:
                 model_dir = model_directory(self.root, name)
                 config = self._config(name, model_dir, config_json)
                 check_config_paths(config, model_dir)
+                queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
                 wanted = versions_to_load(config, available_versions(model_dir))
                 if not wanted:
                     raise InvalidArgument(f"model '{name}' has no version directory")

@@ -262,18 +262,27 @@ class Gateway:
         log.info("accel-gateway stopped")
 
     async def run(self) -> None:
-        """Serve until SIGINT or SIGTERM."""
+        """Serve until SIGINT or SIGTERM, which may also come while the startup models load."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.ensure_future(self.start())
+        signalled = asyncio.ensure_future(stop.wait())
         try:
-            await self.start()
-            await stop.wait()
+            await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                starting.result()  # a failed start (a port in use) ends here
+                await signalled
+            else:  # stopped while starting: the loads still running are abandoned
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
             log.info(
                 "stopping: draining requests in flight (at most %g s)", self.options.drain_seconds
             )
         finally:
+            signalled.cancel()
             # Whatever hangs from here on (a child, a library's exit handler), the
             # process ends by then.
             start_exit_watchdog(self.options.drain_seconds + UNLOAD_MARGIN_S)

@@ -289,6 +289,8 @@ class WorkerProcess:
     def close(self) -> None:
         """Free the socket and this side's arenas (a killed worker's are freed by the kernel)."""
         self.sock.close()
+        self._layouts.clear()  # their views would keep the input mapping alive
+        self._staged = None
         for arena in (self.inputs, self.outputs):
             if arena is not None:
                 arena.close()

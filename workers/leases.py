@@ -43,7 +43,8 @@ class OutputLeases:
             return 0, size
         best = (0, 0)
         cursor = 0
-        for start, end in sorted((start, end) for _, start, end in self._live.values()):
+        # A copy first: a collection during the loop may release a lease.
+        for start, end in sorted([(start, end) for _, start, end in list(self._live.values())]):
             if start - cursor > best[1] - best[0]:
                 best = (cursor, start)
             cursor = max(cursor, end)

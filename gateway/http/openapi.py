@@ -233,6 +233,17 @@ def _paths() -> dict[str, Schema]:
     }
 
 
+_SLOW = _error("The request did not arrive whole within the server's --read-timeout.")
+
+
+def _with_transport_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
+    """Every operation may also time out while its request arrives (gateway.http.timeouts)."""
+    for item in paths.values():
+        for operation in item.values():
+            operation["responses"].setdefault("408", _SLOW)
+    return paths
+
+
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     """The document; built once, since it never changes while the server runs."""
@@ -243,9 +254,11 @@ def openapi_document() -> dict[str, Any]:
             "version": __version__,
             "description": (
                 "The KServe V2 / Open Inference Protocol over HTTP, as Triton Inference Server "
-                'serves it. Every error is {"error": message}.'
+                'serves it. Every error is {"error": message}. Besides the answers listed, '
+                "any call may get 503 while the server drains or is over --max-connections "
+                "(uvicorn answers the latter in plain text)."
             ),
         },
-        "paths": _paths(),
+        "paths": _with_transport_answers(_paths()),
         "components": {"schemas": SCHEMAS},
     }

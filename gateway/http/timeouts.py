@@ -11,6 +11,7 @@ the connection closes.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -25,18 +26,34 @@ def timed_protocol(read_timeout_s: float) -> type[HttpToolsProtocol]:
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
+        _reading = False  # between a request's first byte and its last
+        _requests = 0  # requests begun on this connection
+        _message_cycle: Any = None  # the cycle of the request being read, once it has one
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._arm()
+            self._arm()  # a connection that never sends a byte
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._reading, self._message_cycle = True, None
+            self._requests += 1
             self._arm()
 
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._message_cycle = self.cycle
+
         def on_message_complete(self) -> None:
-            self._disarm()
+            self._reading = False
             super().on_message_complete()
+            cycle = self._message_cycle
+            if cycle is not None and cycle.response_complete:
+                # Answered before its body ended (a 413, a refusal): the connection is
+                # idle now, and uvicorn's keep-alive timer went when the body came.
+                self._arm()
+            else:
+                self._disarm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
@@ -55,16 +72,27 @@ def timed_protocol(read_timeout_s: float) -> type[HttpToolsProtocol]:
             self._read_timer = None
             if self.transport.is_closing():
                 return
-            cycle = self.cycle
-            if cycle is not None and not cycle.response_complete:
+            if self.flow.read_paused:  # the server stopped reading (pipelining, a full
+                self._arm()  # buffer): the wait is not the client's
+                return
+            if self._reading or self._requests == 0:
+                self._refuse_late_request()
+            self.transport.close()
+
+        def _refuse_late_request(self) -> None:
+            cycle = self._message_cycle
+            if cycle is not None:
+                if cycle.response_started:
+                    return  # the answer is on its way; only the connection goes
                 cycle.disconnected = True  # the request's reader sees the end
                 cycle.message_event.set()
-            if cycle is None or not cycle.response_started:
-                body = (
-                    b'{"error":"the request did not arrive whole within the read timeout '
-                    b'(%g s, --read-timeout)"}' % read_timeout_s
-                )
-                self.transport.write(_TIMEOUT_RESPONSE % (len(body), body))
-            self.transport.close()
+            earlier = self.cycle if self.cycle is not cycle else None
+            if earlier is not None and not earlier.response_complete:
+                return  # a 408 now would cut into an earlier request's answer
+            body = (
+                b'{"error":"the request did not arrive whole within the read timeout '
+                b'(%g s, --read-timeout)"}' % read_timeout_s
+            )
+            self.transport.write(_TIMEOUT_RESPONSE % (len(body), body))
 
     return TimedHttpToolsProtocol

@@ -25,8 +25,8 @@ from backends.parameters import string_parameter
 from gateway.inference import InferRequest
 
 # A budget shorter than this many jobs refuses requests that would start soon anyway.
-MIN_JOBS_IN_BUDGET = 2
-DEFAULT_QUEUE_BUDGET_MS = 10.0  # the server's --queue-budget-ms
+MIN_JOBS_IN_BUDGET = 16  # a closed loop of up to 16 clients is never refused
+DEFAULT_QUEUE_BUDGET_MS = 100.0  # the server's --queue-budget-ms
 
 
 class Overloaded(Unavailable):

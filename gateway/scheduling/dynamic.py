@@ -80,13 +80,20 @@ class DynamicBatcher:
         try:
             feed, output_names, rows = check_request(request, self.rules)
             now = self.clock()
-            deadline = deadline_of(request, now)
+            priority = int_parameter(request, "priority")
+            level = self.queue.level_for(priority)
+            # Under a DELAY queue policy the timeout parameter only moves the request to
+            # the back of the queue; its front's deadline (gRPC) still holds.
+            if self.queue.policies[level].delay_on_timeout:
+                deadline = request.deadline
+            else:
+                deadline = deadline_of(request, now)
             # Batches ahead: those running, and the queued rows in batches of the most.
             ahead = len(self._running) + -(-self.queue.rows // self.batching.max_batch_size)
             self.admission.check(ahead, now, deadline)
             pending = self.queue.push(
                 feed, output_names, max(rows, 1), batching.merge_key(feed), now,
-                int_parameter(request, "priority"), int_parameter(request, "timeout"),
+                priority, int_parameter(request, "timeout"),
             )  # fmt: skip
         except GatewayError as exc:
             self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")

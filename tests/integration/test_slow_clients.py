@@ -60,3 +60,29 @@ def test_requests_past_the_connection_cap_get_503(gateway_factory_one_second):
     time.sleep(0.2)
     assert httpx.get(f"http://{server.http_url}/v2/health/live").status_code == 200
 
+
+
+def test_a_second_request_on_a_kept_alive_connection_is_timed_too(gateway_factory_one_second):
+    server = gateway_factory_one_second
+    with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(5.0)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")  # never ends
+        reply = read_reply(sock, 5.0)
+    assert reply.startswith(b"HTTP/1.1 408"), reply
+
+
+def test_an_early_answer_does_not_leave_the_connection_open(gateway_factory_one_second):
+    """Answered before its body ended (413 here), then the rest of the body: the
+    connection is idle from then on, and closes after the timeout."""
+    server = gateway_factory_one_second
+    with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
+        sock.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 999999999999\r\n\r\n")  # fmt: skip
+        sock.settimeout(5.0)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413")
+        sock.sendall(b"x" * 100)
+        began = time.monotonic()
+        rest = read_reply(sock, 5.0)
+        assert time.monotonic() - began < 3.0 and b"HTTP/1.1 200" not in rest

@@ -15,23 +15,30 @@ from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, TensorSpec
 from gateway.inference import InferRequest, Tensor
 from gateway.scheduling import DirectScheduler, Instance, InstancePool
-from gateway.scheduling.admission import Admission, Overloaded, deadline_of, queue_budget
+from gateway.scheduling.admission import (
+    MIN_JOBS_IN_BUDGET,
+    Admission,
+    Overloaded,
+    deadline_of,
+    queue_budget,
+)
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
 
 def test_the_predicted_wait_counts_jobs_ahead_per_instance():
     admission = Admission("m", instances=2, budget_ms=40)
-    assert admission.wait_s(50) == 0.0  # nothing measured yet: admit
+    assert admission.wait_s(500) == 0.0  # nothing measured yet: admit
     admission.observe(0.002)
-    admission.observe(0.004)  # moving average 0.0022
-    admission.job_s = 0.004
+    admission.observe(0.004)
+    assert admission.job_s == pytest.approx(0.0022)  # a moving average
+    admission.job_s = 0.001
     assert admission.wait_s(1) == 0.0  # an instance is free
-    assert admission.wait_s(2) == pytest.approx(0.002)  # one of two finishes first
-    assert admission.wait_s(21) == pytest.approx(0.040)
-    admission.check(21, now=0.0)
+    assert admission.wait_s(2) == pytest.approx(0.0005)  # one of two finishes first
+    assert admission.wait_s(81) == pytest.approx(0.040)
+    admission.check(81, now=0.0)
     with pytest.raises(Overloaded, match="overloaded.*queue budget") as refused:
-        admission.check(22, now=0.0)
+        admission.check(82, now=0.0)
     assert refused.value.retry_after_s == 1 and refused.value.http_status == 503
 
 
@@ -46,8 +53,10 @@ def test_a_deadline_sooner_than_the_budget_refuses_sooner():
 def test_the_budget_holds_a_few_jobs_of_a_slow_model():
     admission = Admission("m", instances=1, budget_ms=5)
     admission.observe(0.100)  # 100 ms batches: a 5 ms budget would refuse all but one
-    assert admission.budget_s() == pytest.approx(0.2)
-    admission.check(2, now=0.0)
+    assert admission.budget_s() == pytest.approx(0.1 * MIN_JOBS_IN_BUDGET)
+    admission.check(MIN_JOBS_IN_BUDGET, now=0.0)
+    with pytest.raises(Overloaded):
+        admission.check(MIN_JOBS_IN_BUDGET + 1, now=0.0)
 
 
 def test_deadline_of_takes_the_sooner_of_the_front_and_the_timeout_parameter():
@@ -116,7 +125,7 @@ def one(value: float, **parameters) -> InferRequest:
 
 def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted():
     backend = SleepingBackend(0.005)
-    scheduler = direct(backend, budget_ms=60)  # more than MIN_JOBS_IN_BUDGET runs
+    scheduler = direct(backend, budget_ms=150)  # more than MIN_JOBS_IN_BUDGET runs
 
     async def scenario():
         await scheduler.infer(one(0))  # one run measures the service time
@@ -128,15 +137,15 @@ def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted():
             except Overloaded as exc:
                 return exc, time.monotonic() - began
 
-        results = await asyncio.gather(*(timed(one(v)) for v in range(40)))
+        results = await asyncio.gather(*(timed(one(v)) for v in range(80)))
         return results
 
     results = asyncio.run(scenario())
     refused = [r for r in results if isinstance(r, tuple)]
     served = [r for r in results if not isinstance(r, tuple)]
-    # 60 ms of 5 ms runs: about twelve admitted, the rest refused without waiting.
-    assert 6 <= len(served) <= 16 and len(refused) == 40 - len(served)
-    assert max(seconds for _, seconds in refused) < 0.015
+    # 150 ms of 5 ms runs: about thirty admitted, the rest refused without waiting.
+    assert 15 <= len(served) <= 45 and len(refused) == 80 - len(served)
+    assert max(seconds for _, seconds in refused) < 0.05
     assert backend.runs == 1 + len(served)
     assert scheduler.stats.as_dict()["inference_stats"]["fail"]["count"] == len(refused)
 
