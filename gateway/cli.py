@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         "before RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.add_argument(
+        "--shed-lag-ms",
+        type=float,
+        default=0.0,
+        help="refuse a growing share of new inference requests (503) while the event loop "
+        "runs this many milliseconds late and others are in flight; for open-loop traffic "
+        "on a saturated core (default 0: off)",
+    )
+    serve.add_argument(
         "--drain-seconds",
         type=positive_seconds,
         default=DEFAULT_DRAIN_SECONDS,
@@ -216,6 +224,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         max_queue_size=args.max_queue_size,
         queue_budget_ms=args.queue_budget_ms,
         drain_seconds=args.drain_seconds,
+        shed_lag_ms=max(args.shed_lag_ms, 0.0),
         limits=ConnectionLimits(
             max_connections=args.max_connections, read_timeout_s=args.read_timeout
         ),

@@ -63,6 +63,7 @@ class InferenceCore:
         repository: ModelRepository,
         admin_token: str | None = None,
         allow_shared_memory: bool = False,
+        shed_lag_ms: float = 0.0,
     ) -> None:
         self.repository = repository
         self.admin_token = admin_token
@@ -72,7 +73,7 @@ class InferenceCore:
         self.in_flight = InFlight()
         # Refuses a share of new inference requests while the event loop runs late; the
         # fronts ask it before reading a request (gateway/shedding.py).
-        self.shedder = LoopShedder()
+        self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
 
     # ---- health and metadata ---------------------------------------------------------
 

@@ -47,6 +47,9 @@ class ServerOptions:
     # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/drain.py).
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # Refuse a share of requests while the event loop runs this late (gateway/shedding.py);
+    # 0: off.
+    shed_lag_ms: float = 0.0
     max_body_bytes: int = 64 * 1024 * 1024
     admin_token: str | None = None
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
@@ -119,7 +122,9 @@ class Gateway:
             options.max_queue_size,
             options.queue_budget_ms,
         )
-        self.core = InferenceCore(self.repository, options.admin_token, options.allow_shared_memory)
+        self.core = InferenceCore(
+            self.repository, options.admin_token, options.allow_shared_memory, options.shed_lag_ms
+        )
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
         self._shedding: asyncio.Task | None = None
@@ -187,8 +192,8 @@ class Gateway:
         await self.repository.load_startup_models(options.load_models)
         if options.model_control_mode == "poll":
             self._poller = asyncio.create_task(self._poll())
-        in_flight = self.core.in_flight
-        self._shedding = asyncio.create_task(self.core.shedder.watch(lambda: in_flight.count > 0))
+        if options.shed_lag_ms > 0:
+            self._shedding = asyncio.create_task(self.core.shedder.watch())
         self.core.started = True
         await set_serving(self.health, True)
         ready = sorted({m.name for m in self.repository.ready_models()})

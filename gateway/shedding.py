@@ -23,7 +23,7 @@ from gateway.scheduling.admission import Overloaded
 
 TICK_S = 0.002
 IDLE_TICK_S = 0.05  # while nothing is in flight and the loop is on time: fewer wake-ups
-DEFAULT_TARGET_LAG_S = 0.005
+DEFAULT_TARGET_LAG_S = 0.050  # with --shed-lag-ms and no value
 MAX_REFUSED_SHARE = 0.95
 
 
@@ -32,8 +32,13 @@ class LoopShedder:
         self,
         target_lag_s: float = DEFAULT_TARGET_LAG_S,
         draw: Callable[[], float] = random.random,
+        busy: Callable[[], bool] = lambda: True,
     ) -> None:
         self.target_lag_s = target_lag_s
+        # Whether other requests are being served: a loop that is late with none in
+        # flight is slowed by something else (a model loading, a collection), and
+        # refusing the only request would not help.
+        self.busy = busy
         self.lag_s = 0.0  # smoothed lateness of the loop
         self._draw = draw
         self.refused = 0
@@ -46,13 +51,17 @@ class LoopShedder:
     def refusal_share(self) -> float:
         """The share of new requests to refuse now: 0 up to the target lag, growing to
         MAX_REFUSED_SHARE at three times the target."""
+        if self.target_lag_s <= 0:
+            return 0.0
         excess = (self.lag_s - self.target_lag_s) / (2 * self.target_lag_s)
         return min(max(excess, 0.0), MAX_REFUSED_SHARE)
 
     def check(self) -> None:
-        """Raise Overloaded for the share of requests to refuse."""
+        """Raise Overloaded for the share of requests to refuse (never when off)."""
+        if self.target_lag_s <= 0:
+            return
         share = self.refusal_share()
-        if share > 0.0 and self._draw() < share:
+        if share > 0.0 and self.busy() and self._draw() < share:
             self.refused += 1
             raise Overloaded(
                 f"the server is overloaded (its event loop runs {self.lag_s * 1e3:.1f} ms "
@@ -60,12 +69,11 @@ class LoopShedder:
                 retry_after_s=1,
             )
 
-    async def watch(self, busy: Callable[[], bool] = lambda: True) -> None:
-        """Measure the loop's lag for as long as the server runs (a task on its loop);
-        `busy` says whether requests are in flight."""
+    async def watch(self) -> None:
+        """Measure the loop's lag for as long as the server runs (a task on its loop)."""
         loop = asyncio.get_running_loop()
         while True:
-            tick = TICK_S if busy() or self.lag_s > TICK_S / 4 else IDLE_TICK_S
+            tick = TICK_S if self.busy() or self.lag_s > TICK_S / 4 else IDLE_TICK_S
             due = loop.time() + tick
             await asyncio.sleep(tick)
             self.observe(loop.time() - due)

@@ -32,17 +32,22 @@ def parse_json(data: bytes) -> Any:
     orjson refuses nesting past 1024 levels; the json module, which the bodies with NaN or
     Infinity need, recurses, so its RecursionError is caught here and answered as a 400.
     """
+    too_deep = InvalidArgument(
+        f"the request's JSON nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} "
+        "levels, fewer in a body with NaN or Infinity)"
+    )
     try:
         return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
+    except orjson.JSONDecodeError as exc:
+        # orjson meets the depth limit before anything past it, NaN included; decided
+        # here, as the json module's own limit moves with sys.setrecursionlimit (which
+        # some frameworks raise).
+        if str(exc).startswith("depth limit exceeded"):
+            raise too_deep from None
     try:  # the slow path: only bodies with non-finite floats, or invalid ones, come here
         value = json.loads(data)
     except RecursionError:
-        raise InvalidArgument(
-            f"the request's JSON nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} "
-            "levels, fewer in a body with NaN or Infinity)"
-        ) from None
+        raise too_deep from None
     except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also >4300-digit integers
         raise InvalidArgument(f"the request's JSON is not valid: {exc}") from None
     # orjson refuses unpaired surrogate escapes ("\ud800"), json does not: refuse them too,

@@ -224,8 +224,6 @@ class DynamicBatcher:
                 await self._run_batch(instance, requests, dispatched)
         finally:
             self.pool.release(instance)
-            if requests:
-                self.admission.observe(self.clock() - now)
             self._arrival.set()  # a free instance is news for the driver too
 
     def _dropped(self, pending: Pending, now: float) -> bool:
@@ -259,6 +257,7 @@ class DynamicBatcher:
                 [p.feed for p in requests], rows, padded_rows, instance.allocator()
             )
             outputs, infer_ns = await instance.run(merged, output_names)
+            self.admission.observe(infer_ns / 1e9)  # the backend's time, not the loop's
             ran = time.perf_counter_ns()
             missing = [name for name in output_names if name not in outputs]
             if missing:

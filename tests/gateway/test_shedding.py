@@ -50,3 +50,13 @@ def test_watch_sees_a_blocked_loop_and_forgets_it():
     blocked, calm = asyncio.run(scenario())
     assert blocked > 0.004  # a tenth of the 50 ms, after smoothing: not yet refusing
     assert calm < 0.004
+
+
+def test_nothing_is_refused_while_no_other_request_is_in_flight():
+    in_flight = [0]
+    shedder = LoopShedder(target_lag_s=0.004, draw=lambda: 0.0, busy=lambda: in_flight[0] > 0)
+    shedder.lag_s = 1.0  # very late, but from something else (a model loading)
+    shedder.check()
+    in_flight[0] = 3
+    with pytest.raises(Overloaded):
+        shedder.check()

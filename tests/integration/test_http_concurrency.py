@@ -38,7 +38,8 @@ async def hammer(port: int) -> list[int]:
         while time.monotonic() < stop:
             writer.write(request)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-            assert head.startswith(b"HTTP/1.1 200"), head
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise AssertionError(head + await reader.read(300))
             length = next(
                 int(line.split(b":")[1])
                 for line in head.split(b"\r\n")
