@@ -42,14 +42,6 @@ NO_CUDA = (
 )
 
 
-def check_version(version: str) -> str:
-    """A model version as the protocol writes it: '' (the latest) or decimal digits. int()
-    alone would also take ' 1', '+1', '1_0' and '-1'."""
-    if version and not (version.isascii() and version.isdigit()):
-        raise InvalidArgument(f"model version must be a non-negative integer, got '{version[:60]}'")
-    return version
-
-
 class Unimplemented(GatewayError):
     """A part of the protocol this server does not serve (CUDA shared memory)."""
 
@@ -92,22 +84,22 @@ class InferenceCore:
     def model_ready(self, name: str, version: str = "") -> bool:
         """Ready or not; an unknown model or version is not ready (as Triton answers over
         gRPC), while a malformed version is an InvalidArgument."""
-        return self.repository.is_ready(name, check_version(version))
+        return self.repository.is_ready(name, version)
 
     def check_model_ready(self, name: str, version: str = "") -> None:
         """Return if the model version is ready, else raise why not: NotFound for an unknown
         model or version, InvalidArgument for a malformed version, Unavailable otherwise."""
-        model = self.repository.get(name, check_version(version))
+        model = self.repository.get(name, version)
         if model.unavailable_reason is not None:
             raise Unavailable(f"model '{name}' is not ready: {model.unavailable_reason}")
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        model = self.repository.get(name, check_version(version))
+        model = self.repository.get(name, version)
         versions = self.repository.models[name].ready_versions()
         return model.metadata(versions)
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
-        return self.repository.get(name, check_version(version)).config
+        return self.repository.get(name, version).config
 
     # ---- inference -------------------------------------------------------------------
 
@@ -122,7 +114,7 @@ class InferenceCore:
             self.in_flight.leave()
 
     async def _infer(self, request: InferRequest) -> InferResponse:
-        model = self.repository.get(request.model_name, check_version(request.model_version))
+        model = self.repository.get(request.model_name, request.model_version)
         # Output regions are checked before the model runs, so a bad one costs no compute.
         targets = self.shared_memory.output_targets(request.outputs) if request.outputs else None
         if not targets:
@@ -171,7 +163,7 @@ class InferenceCore:
         if not name:
             return [m.stats.as_dict() for m in self.repository.ready_models()]
         if version:
-            return [self.repository.get(name, check_version(version)).stats.as_dict()]
+            return [self.repository.get(name, version).stats.as_dict()]
         entry = self.repository.models.get(name)
         if entry is None or not entry.ready_versions():
             raise NotFound(f"unknown model '{name}' or it has no ready version")

@@ -80,6 +80,7 @@ class ModelRepository:
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The READY model version a request asks for ('' means the latest ready one)."""
+        _check_version(version)
         entry = self.models.get(name)
         if entry is None or not entry.versions:
             raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
@@ -95,10 +96,7 @@ class ModelRepository:
                 )
                 raise Unavailable(f"model '{name}' has no ready version ({states})")
             return entry.versions[ready[-1]].model  # type: ignore[return-value]
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(f"model version must be an integer, got '{version}'") from None
+        number = int(version)
         state = entry.versions.get(number)
         if state is None:
             raise NotFound(
@@ -115,6 +113,9 @@ class ModelRepository:
         return f"; ready models: {', '.join(ready)}" if ready else "; no model is ready"
 
     def is_ready(self, name: str, version: str = "") -> bool:
+        """Whether it is ready; an unknown model or version is not, a malformed version is
+        an InvalidArgument."""
+        _check_version(version)
         try:
             model = self.get(name, version)
         except GatewayError:
@@ -304,6 +305,13 @@ class ModelRepository:
             if self.models[name].versions:
                 await self.unload(name)
                 del self.models[name]
+
+
+def _check_version(version: str) -> None:
+    """A model version as the protocol writes it: '' (the latest) or decimal digits. int()
+    alone would also take ' 1', '+1', '1_0' and '-1'."""
+    if version and not (version.isascii() and version.isdigit()):
+        raise InvalidArgument(f"model version must be a non-negative integer, got '{version[:60]}'")
 
 
 async def _drain(model: ModelVersion, timeout_s: float = 30.0) -> None:
