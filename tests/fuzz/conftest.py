@@ -4,13 +4,25 @@ memory served so that its routes are fuzzed too."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gateway.launch import GatewayProcess, start_gateway
 from models import identity, simple
+
+# The property tests' settings; ACCEL_FUZZ_EXAMPLES sets the examples per property.
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("fuzz")
 
 
 @pytest.fixture(scope="session")

@@ -4,17 +4,16 @@ For any ModelInferRequest, built field by field or parsed from arbitrary bytes,
 `decode_request` either returns a request whose tensors are arrays of their declared shape
 and datatype, or raises a 4xx GatewayError; never anything else.
 
-ACCEL_FUZZ_EXAMPLES sets the examples per property (default 300).
+ACCEL_FUZZ_EXAMPLES sets the examples per property (default 300; conftest.py).
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from accel_base.datatypes import ALL_DATATYPES, MAX_DIMS, NUMPY_DTYPES
@@ -23,13 +22,6 @@ from gateway.grpc.codec import decode_request
 from gateway.proto import grpc_service_pb2 as pb
 from gateway.shared_memory import REGION, SharedMemoryRegistry
 
-EXAMPLES = int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "300"))
-fuzz = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 SHARED_MEMORY = SharedMemoryRegistry(enabled=True).input_array  # no region registered
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -113,13 +105,11 @@ def decodes_or_refuses(message: pb.ModelInferRequest) -> None:
     assert all(not o.parameters.get("classification") for o in request.outputs)
 
 
-@fuzz
 @given(messages())
 def test_built_messages(message):
     decodes_or_refuses(message)
 
 
-@fuzz
 @given(messages(), st.binary(max_size=16), st.integers(0, 200))
 def test_messages_with_corrupted_bytes(message, noise, position):
     """Bytes of a plausible message with a stretch overwritten: whatever still parses."""

@@ -4,18 +4,17 @@ For any body, JSON or binary extension, well formed or not, `decode_request` eit
 a request that holds what it claims (every tensor an array of its declared shape and
 datatype) or raises a 4xx GatewayError whose message can be sent; never anything else.
 
-ACCEL_FUZZ_EXAMPLES sets the examples per property (default 300).
+ACCEL_FUZZ_EXAMPLES sets the examples per property (default 300; conftest.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 
 import numpy as np
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from accel_base.datatypes import ALL_DATATYPES, MAX_DIMS, NUMPY_DTYPES
@@ -25,13 +24,6 @@ from gateway.http.json_data import json_to_array
 from gateway.inference import InferRequest
 from gateway.shared_memory import SharedMemoryRegistry
 
-EXAMPLES = int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "300"))
-fuzz = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 # No region is registered: a tensor naming one must be refused cleanly.
 SHARED_MEMORY = SharedMemoryRegistry(enabled=True).input_array
 
@@ -155,25 +147,21 @@ def decodes_or_refuses(body: bytes, header_length: int | None) -> InferRequest |
     return request
 
 
-@fuzz
 @given(requests(binary=False))
 def test_json_bodies(body_and_length):
     decodes_or_refuses(*body_and_length)
 
 
-@fuzz
 @given(requests(binary=True))
 def test_binary_extension_bodies(body_and_length):
     decodes_or_refuses(*body_and_length)
 
 
-@fuzz
 @given(st.binary(max_size=200), st.none() | st.integers(-2, 210))
 def test_arbitrary_bytes(body, header_length):
     decodes_or_refuses(body, header_length)
 
 
-@fuzz
 @given(st.sampled_from(ALL_DATATYPES), st.lists(scalars, max_size=8))
 def test_json_data_is_exact_or_refused(datatype, data):
     try:
@@ -190,7 +178,6 @@ def test_json_data_is_exact_or_refused(datatype, data):
         assert all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in data)
 
 
-@fuzz
 @given(st.integers(1, 3000), st.sampled_from(["1", "NaN", '"x"', "{}"]))
 def test_nesting_at_any_depth(depth, leaf):
     body = b'{"inputs": [], "parameters": {"p": ' + b"[" * depth + leaf.encode()
