@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from pathlib import Path
+
+# How much lower than the event loop backends run (nice steps; --backend-nice). On a
+# shared core the scheduler otherwise splits it evenly between the loop and a busy
+# backend, and under overload the loop, which must read and refuse every request, falls
+# behind: refusals then wait as long as admitted requests. With the loop first, the
+# backend gets what the fronts leave, and admission (which measures the backend's wall
+# time) admits correspondingly less. Work-conserving: an idle loop costs the backend
+# nothing.
+DEFAULT_BACKEND_NICE = 10
+MAX_NICE = 19
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
@@ -84,3 +95,19 @@ def _cores(quota: int, period: int) -> int | None:
     if quota <= 0 or period <= 0:
         return None
     return max(1, math.ceil(quota / period))
+
+
+def lower_priority(steps: int, pid: int | None = None) -> None:
+    """Lower the calling thread's scheduling priority (or process `pid`'s main thread's)
+    by `steps` nice levels. On Linux a thread's nice value is its own, and threads it
+    starts later (a framework's pool) inherit it. Raising it back needs privileges, so
+    only threads that do nothing else are lowered. Best effort: a system that refuses
+    leaves the priority as it was."""
+    if steps <= 0:
+        return
+    target = threading.get_native_id() if pid is None else pid
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, target)
+        os.setpriority(os.PRIO_PROCESS, target, min(current + steps, MAX_NICE))
+    except (OSError, AttributeError):  # not permitted, gone, or not a POSIX system
+        pass

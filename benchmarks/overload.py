@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,14 +54,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
 
 
-def seconds_to_idle(pid: int, since: float, limit_s: float = 30.0) -> float:
-    """From `since` until the server uses under IDLE_CPU_SHARE of its core for 100 ms."""
-    while time.monotonic() - since < limit_s:
-        before, began = cpu_seconds(pid), time.monotonic()
-        time.sleep(0.1)
-        if (cpu_seconds(pid) - before) / (time.monotonic() - began) < IDLE_CPU_SHARE:
-            return began - since
-    return float("inf")
+class CpuSampler(threading.Thread):
+    """The server's CPU time every 100 ms, from the load's start until stopped: the wait
+    for late answers comes after the last send, and the server may fall idle during it."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []  # (clock, CPU seconds)
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            self.samples.append((time.monotonic(), cpu_seconds(self.pid)))
+            if self.stopped.wait(0.1):
+                return
+
+    def seconds_to_idle(self, since: float, limit_s: float = 30.0) -> float:
+        """From `since` until the first 100 ms in which the server used under
+        IDLE_CPU_SHARE of its core; sampling goes on until then (at most `limit_s`)."""
+        checked = 0
+        while True:
+            samples = self.samples[checked:]
+            for (began, before), (ended, after) in itertools.pairwise(samples):
+                if ended > since and (after - before) / (ended - began) < IDLE_CPU_SHARE:
+                    return max(began - since, 0.0)
+            checked += max(len(samples) - 1, 0)
+            if not self.is_alive() or time.monotonic() - since > limit_s:
+                return float("inf")
+            time.sleep(0.1)
 
 
 def p99_ms(latencies: list[float]) -> float:
@@ -91,8 +114,14 @@ def measure(model: str, port: int, pid: int, args: argparse.Namespace) -> None:
     calm = asyncio.run(offer("127.0.0.1", port, request, saturation / 10, 3.0))
     unloaded_p99 = p99_ms([o.latency_s for o in calm.outcomes if o.status == 200])
     rate = args.factor * saturation
-    run = asyncio.run(offer("127.0.0.1", port, request, rate, args.seconds))
-    idle_s = seconds_to_idle(pid, run.ended)
+    sampler = CpuSampler(pid)
+    sampler.start()
+    try:
+        run = asyncio.run(offer("127.0.0.1", port, request, rate, args.seconds))
+        idle_s = sampler.seconds_to_idle(run.ended)
+    finally:
+        sampler.stopped.set()
+        sampler.join()
     report(model, saturation, unloaded_p99, rate, run, idle_s)
 
 

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
 from gateway import __version__, compile_command, loadtest_command
 from gateway.arguments import port, positive_float, positive_int, positive_seconds
 from gateway.drain import DEFAULT_DRAIN_SECONDS
@@ -74,9 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue-budget-ms",
         type=positive_float,
         default=DEFAULT_QUEUE_BUDGET_MS,
-        help="a request that could not start within this long (or within 16 runs of its "
-        "model) is refused at once with 503 and Retry-After; a model's queue_budget_ms "
-        "parameter overrides it (default %(default)s)",
+        help="a request that could not start within this long is refused at once with 503 "
+        "and Retry-After, unless fewer than 16 requests are ahead of it; a model's "
+        "queue_budget_ms parameter overrides it (default %(default)s)",
+    )
+    serve.add_argument(
+        "--backend-nice",
+        type=int,
+        choices=range(MAX_NICE + 1),
+        metavar=f"0..{MAX_NICE}",
+        default=DEFAULT_BACKEND_NICE,
+        help="run model instances (their threads and worker processes) this many nice "
+        "steps below the HTTP and gRPC fronts, so that an overloaded core still reads and "
+        "refuses requests promptly; 0: the same priority (default %(default)s)",
     )
     serve.add_argument(
         "--read-timeout",
@@ -223,6 +234,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         poll_interval_s=args.repository_poll_secs,
         max_queue_size=args.max_queue_size,
         queue_budget_ms=args.queue_budget_ms,
+        backend_nice=args.backend_nice,
         drain_seconds=args.drain_seconds,
         shed_lag_ms=max(args.shed_lag_ms, 0.0),
         limits=ConnectionLimits(

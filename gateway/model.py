@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -134,8 +135,10 @@ class ModelVersion:
         config: mc.ModelConfig,
         max_queue_size: int,
         queue_budget_ms: float,
+        backend_nice: int = 0,
     ) -> ModelVersion:
-        """Load every instance (blocking: call from a worker thread)."""
+        """Load every instance (blocking: call from a worker thread). Backends run
+        `backend_nice` steps below the gateway's priority (accel_base/cpu.py)."""
         config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
         platform = platform_of(config)
         info = platform_info(platform)
@@ -146,7 +149,7 @@ class ModelVersion:
                 f"model '{config.name}': platform {platform} needs every input, "
                 f"but the config marks {', '.join(optional)} optional"
             )
-        settings = worker_settings(config)
+        settings = dataclasses.replace(worker_settings(config), nice=backend_nice)
         single_core = usable_cores() == 1
         devices = instance_devices(config, gpu_capable(config, platform, gpu_count()))
         instances: list[Any] = []
@@ -161,9 +164,9 @@ class ModelVersion:
                     instance = ProcessInstance(name, config.name, spawn, settings, single_core)
                     specs = instance.loaded.inputs, instance.loaded.outputs
                 else:
-                    backend = backend_class(platform)(artifact, config, device)
-                    instance = Instance(backend, name)
-                    specs = backend.inputs(), backend.outputs()
+                    make = functools.partial(backend_class(platform), artifact, config, device)
+                    instance = Instance.load(make, name, backend_nice)
+                    specs = instance.backend.inputs(), instance.backend.outputs()
                 instances.append(instance)
                 if len(instances) == 1:
                     complete_config(config, *specs)

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
+from gateway import heap
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
@@ -60,6 +62,7 @@ class ModelRepository:
         control_mode: str = "none",
         max_queue_size: int = 1024,
         queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS,
+        backend_nice: int = DEFAULT_BACKEND_NICE,
     ) -> None:
         if control_mode not in CONTROL_MODES:
             raise ValueError(
@@ -69,6 +72,7 @@ class ModelRepository:
         self.control_mode = control_mode
         self.max_queue_size = max_queue_size
         self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
+        self.backend_nice = backend_nice
         self.models: dict[str, ModelEntry] = {}
 
     # ---- queries -------------------------------------------------------------------
@@ -191,6 +195,8 @@ class ModelRepository:
             await self._load(name, config_json)
         except GatewayError as exc:  # messages leave the server without its paths
             raise type(exc)(self._relative(exc.message)) from None
+        finally:
+            heap.settle()
 
     def _relative(self, message: str) -> str:
         return relative_to_repository(message, self.root)
@@ -231,6 +237,7 @@ class ModelRepository:
                         config,
                         self.max_queue_size,
                         self.queue_budget_ms,
+                        self.backend_nice,
                     )
                 except Exception as exc:  # any backend failure only fails this model
                     reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
@@ -266,6 +273,12 @@ class ModelRepository:
         return config
 
     async def unload(self, name: str) -> None:
+        try:
+            await self._unload(name)
+        finally:
+            heap.settle()
+
+    async def _unload(self, name: str) -> None:
         entry = self.models.get(name)
         if entry is None:
             raise NotFound(f"unknown model '{name}'")
@@ -286,7 +299,7 @@ class ModelRepository:
     async def unload_all(self) -> None:
         # All at once: each unload mostly waits for a worker process to end.
         names = list(self.models)
-        results = await asyncio.gather(*map(self.unload, names), return_exceptions=True)
+        results = await asyncio.gather(*map(self._unload, names), return_exceptions=True)
         for name, result in zip(names, results, strict=True):
             if isinstance(result, Exception):
                 log.error("model '%s' did not unload cleanly: %s", name, result)

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import uvicorn
 
+from accel_base.cpu import DEFAULT_BACKEND_NICE
 from gateway import __version__
 from gateway.core import InferenceCore
 from gateway.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
@@ -44,6 +45,8 @@ class ServerOptions:
     max_queue_size: int = 1024  # per model version: requests waiting or running
     # How long a request may wait to start before it is refused (scheduling/admission.py).
     queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS
+    # Backends run this many nice steps below the fronts (accel_base/cpu.py).
+    backend_nice: int = DEFAULT_BACKEND_NICE
     # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/drain.py).
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -121,6 +124,7 @@ class Gateway:
             options.model_control_mode,
             options.max_queue_size,
             options.queue_budget_ms,
+            options.backend_nice,
         )
         self.core = InferenceCore(
             self.repository, options.admin_token, options.allow_shared_memory, options.shed_lag_ms

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accel_base.cpu import lower_priority
 from accel_base.datatypes import element_count
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device, TensorSpec
@@ -58,7 +59,7 @@ class _Layout:
 
 
 class WorkerProcess:
-    def __init__(self, name: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, env: dict[str, str], nice: int = 0) -> None:
         self.name = name
         self.sock, child = protocol.socket_pair()
         try:
@@ -75,6 +76,9 @@ class WorkerProcess:
             raise
         finally:
             child.close()
+        # Now, while the interpreter starts and has no other thread: the threads it starts
+        # (the backend's pools) inherit the priority.
+        lower_priority(nice, self.process.pid)
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
         self.inputs: Arena | None = None

@@ -1,17 +1,21 @@
 """Admission control: a request that could not start within its budget is refused at once.
 
-Every model version, batched or not, keeps a moving average of how long one job (a
-request, or a batch) holds an instance. A new request would start after the jobs ahead
-of it: `ahead - instances + 1` of them must finish first, `instances` at a time. When
-that predicted wait is longer than the model's queue budget, or than what is left of
-the request's own deadline, the request gets a 503 (gRPC UNAVAILABLE) with a
+Every model version, batched or not, keeps moving averages of how long one run (a
+request, or a batch) holds an instance, and of that time per row. A new request starts
+once an instance is free and the rows queued before it have run: its predicted wait is
+the runs in progress (when every instance is busy) plus the queued rows, shared among
+the instances. Per row, because batches grow with the queue: counted in runs, the short
+one-row runs of a calm moment would predict a queue of full batches as many times too
+short. When the predicted wait is longer than the model's queue budget, or than what is
+left of the request's own deadline, the request gets a 503 (gRPC UNAVAILABLE) with a
 Retry-After straight away, instead of joining a queue it would time out in. So under
 overload refusals are fast, admitted requests wait at most about the budget, and the
 server is idle soon after the load stops (no backlog of requests whose callers gave up).
 
-The budget is a model's `queue_budget_ms` parameter, else the server's default, and
-never less than a few jobs' worth of the model's own service time (see `budget_s`).
-Pure: time comes in as arguments.
+The budget is a model's `queue_budget_ms` parameter, else the server's default. It is
+not applied while fewer than MIN_REQUESTS_AHEAD requests are ahead: a few clients that
+each wait for their answer (a closed loop) are queueing, not overloading, however slow
+the model. The request's own deadline always applies. Pure: time comes in as arguments.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from accel_base.proto import model_config_pb2 as mc
 from backends.parameters import string_parameter
 from gateway.inference import InferRequest
 
-# A budget shorter than this many jobs refuses requests that would start soon anyway.
-MIN_JOBS_IN_BUDGET = 16  # a closed loop of up to 16 clients is never refused
-DEFAULT_QUEUE_BUDGET_MS = 100.0  # the server's --queue-budget-ms
+# Below this many requests ahead the budget does not refuse: a closed loop of up to 16
+# clients is never refused, whatever the model's speed or batch size.
+MIN_REQUESTS_AHEAD = 16
+DEFAULT_QUEUE_BUDGET_MS = 50.0  # the server's --queue-budget-ms
 
 
 class Overloaded(Unavailable):
@@ -41,30 +46,42 @@ class Overloaded(Unavailable):
 class Admission:
     model: str
     instances: int
-    budget_ms: float  # the configured budget; see budget_s
-    job_s: float | None = None  # moving average of one job's time on an instance
+    budget_ms: float
+    run_s: float | None = None  # moving average of one run's time on an instance
+    row_s: float | None = None  # the same per row of a run
 
-    def observe(self, seconds: float) -> None:
-        """One more job finished after holding an instance for `seconds`."""
-        self.job_s = seconds if self.job_s is None else 0.9 * self.job_s + 0.1 * seconds
+    def observe(self, seconds: float, rows: int = 1) -> None:
+        """One more run of `rows` rows finished after holding an instance for `seconds`."""
+        per_row = seconds / max(rows, 1)
+        if self.run_s is None or self.row_s is None:
+            self.run_s, self.row_s = seconds, per_row
+        else:
+            self.run_s = 0.9 * self.run_s + 0.1 * seconds
+            self.row_s = 0.9 * self.row_s + 0.1 * per_row
 
-    def budget_s(self) -> float:
-        job = self.job_s or 0.0
-        return max(self.budget_ms / 1e3, MIN_JOBS_IN_BUDGET * job)
-
-    def wait_s(self, ahead: int) -> float:
-        """Predicted wait before a job with `ahead` jobs in front of it (running or queued)
-        gets an instance."""
-        if self.job_s is None or ahead < self.instances:
+    def wait_s(self, running: int, queued_rows: int) -> float:
+        """Predicted wait before a request gets an instance, with `running` runs in
+        progress and `queued_rows` rows queued before it."""
+        if self.run_s is None or self.row_s is None:
             return 0.0
-        return (ahead - self.instances + 1) / self.instances * self.job_s
+        busy = max(running - self.instances + 1, 0) * self.run_s  # until one is free
+        return (busy + queued_rows * self.row_s) / self.instances
 
-    def check(self, ahead: int, now: float, deadline: float | None = None) -> None:
+    def check(
+        self,
+        running: int,
+        queued_rows: int,
+        requests_ahead: int,
+        now: float,
+        deadline: float | None = None,
+    ) -> None:
         """Raise Overloaded if a request arriving now could not start in time."""
-        wait = self.wait_s(ahead)
+        wait = self.wait_s(running, queued_rows)
         if wait == 0.0:
             return
-        limit, why = self.budget_s(), "its queue budget"
+        limit, why = self.budget_ms / 1e3, "its queue budget"
+        if requests_ahead < MIN_REQUESTS_AHEAD:
+            limit = math.inf
         if deadline is not None and deadline - now < limit:
             limit, why = max(deadline - now, 0.0), "the request's deadline"
         if wait > limit:

@@ -47,7 +47,10 @@ class DirectScheduler:
                     f"model '{self.rules.model}' has {self.pending} requests pending, its "
                     "limit (max_queue_size); retry later"
                 )
-            self.admission.check(self.pending, time.monotonic(), deadline)
+            running = min(self.pending, len(self.pool.instances))
+            self.admission.check(
+                running, self.pending - running, self.pending, time.monotonic(), deadline
+            )
         except GatewayError:
             self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")
             raise

@@ -88,9 +88,7 @@ class DynamicBatcher:
                 deadline = request.deadline
             else:
                 deadline = deadline_of(request, now)
-            # Batches ahead: those running, and the queued rows in batches of the most.
-            ahead = len(self._running) + -(-self.queue.rows // self.batching.max_batch_size)
-            self.admission.check(ahead, now, deadline)
+            self.admission.check(len(self._running), self.queue.rows, self.pending, now, deadline)
             pending = self.queue.push(
                 feed, output_names, max(rows, 1), batching.merge_key(feed), now,
                 priority, int_parameter(request, "timeout"),
@@ -257,7 +255,7 @@ class DynamicBatcher:
                 [p.feed for p in requests], rows, padded_rows, instance.allocator()
             )
             outputs, infer_ns = await instance.run(merged, output_names)
-            self.admission.observe(infer_ns / 1e9)  # the backend's time, not the loop's
+            self.admission.observe(infer_ns / 1e9, rows)  # the backend's time, not the loop's
             ran = time.perf_counter_ns()
             missing = [name for name in output_names if name not in outputs]
             if missing:

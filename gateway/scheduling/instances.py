@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 # usable_cores: the process's affinity capped by its cgroup's CPU quota (re-exported).
-from accel_base.cpu import usable_cores
+from accel_base.cpu import lower_priority, usable_cores
 from backends.base import Backend
 
 # Runs shorter than this (moving average) execute on the event loop instead of a thread.
@@ -45,10 +46,16 @@ def moving_average(previous: float | None, run_ns: int) -> float:
 
 
 class Instance:
-    def __init__(self, backend: Backend, name: str, cores: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        name: str,
+        cores: int | None = None,
+        thread: ThreadPoolExecutor | None = None,
+    ) -> None:
         self.backend = backend
         self.name = name
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._thread = thread or ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._inline_capable = backend.inline_capable()
         self._single_core = (cores if cores is not None else usable_cores()) == 1
         self.recent_run_ns: float | None = None  # moving average; None until the first run
@@ -57,6 +64,21 @@ class Instance:
         # A thread instance never goes down on its own (see ProcessInstance).
         self.retired = False
         self.down_reason: str | None = None
+
+    @classmethod
+    def load(cls, make_backend: Callable[[], Backend], name: str, nice: int) -> Instance:
+        """Make the backend on the instance's own thread, `nice` steps below the event
+        loop's priority (accel_base/cpu.py): the pools a framework starts from that thread
+        (ONNX Runtime's, at session creation) inherit the lower priority."""
+        thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=name, initializer=lower_priority, initargs=(nice,)
+        )
+        try:
+            backend = thread.submit(make_backend).result()
+        except BaseException:
+            thread.shutdown(wait=True)
+            raise
+        return cls(backend, name, thread=thread)
 
     @property
     def runs_inline(self) -> bool:

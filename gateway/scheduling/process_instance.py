@@ -38,6 +38,7 @@ class WorkerSettings:
     max_restarts: int = 5  # crashes in a row (no successful batch between) before giving up
     load_timeout_s: float = 600.0  # compiling backends (TVM, torch.compile) load slowly
     first_backoff_s: float = 0.1
+    nice: int = 0  # steps below the gateway's priority (--backend-nice; accel_base/cpu.py)
 
 
 def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from accel_base.cpu import cgroup_cpu_limit, usable_cores
+from accel_base.cpu import MAX_NICE, cgroup_cpu_limit, lower_priority, usable_cores
 
 
 def hierarchy(tmp_path: Path, proc_line: str, files: dict[str, str]) -> tuple[Path, Path]:
@@ -93,3 +94,41 @@ def test_a_process_pinned_to_one_core_has_one_usable_core():
         preexec_fn=lambda: os.sched_setaffinity(0, {0}),  # what `taskset -c 0` does
     )
     assert result.stdout.strip() == "1"
+
+
+def _thread_priority() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_lower_priority_lowers_only_the_calling_thread_and_what_it_starts():
+    base = _thread_priority()
+    seen: dict[str, int] = {}
+
+    def lowered() -> None:
+        lower_priority(4)
+        seen["own"] = _thread_priority()
+        child = threading.Thread(target=lambda: seen.update(child=_thread_priority()))
+        child.start()
+        child.join()
+        lower_priority(0)  # no steps: unchanged
+        lower_priority(100)  # capped at the lowest priority there is
+        seen["capped"] = _thread_priority()
+
+    thread = threading.Thread(target=lowered)
+    thread.start()
+    thread.join()
+    assert seen == {"own": min(base + 4, MAX_NICE), "child": min(base + 4, MAX_NICE),
+                    "capped": MAX_NICE}  # fmt: skip
+    assert _thread_priority() == base  # the caller's own thread is left alone
+
+
+def test_lower_priority_of_a_process_by_its_pid():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, child.pid)
+        lower_priority(2, child.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(base + 2, MAX_NICE)
+    finally:
+        child.kill()
+        child.wait()
+    lower_priority(2, child.pid)  # gone: nothing to do, no error

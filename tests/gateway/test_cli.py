@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gateway.cli import build_parser
 
@@ -65,3 +66,13 @@ def test_shared_memory_is_off_unless_asked_for():
     parser = build_parser()
     assert parser.parse_args(["serve"]).allow_shared_memory is False
     assert parser.parse_args(["serve", "--allow-shared-memory"]).allow_shared_memory is True
+
+
+def test_backend_nice_is_a_nice_step_count(capsys):
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).backend_nice == 10
+    assert parser.parse_args(["serve", "--backend-nice", "0"]).backend_nice == 0
+    for bad in ("20", "-1", "low"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--backend-nice", bad])
+    assert "--backend-nice" in capsys.readouterr().err

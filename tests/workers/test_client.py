@@ -105,3 +105,15 @@ def test_a_failed_run_and_a_dead_worker(repository):
         worker.take_reply()
     assert worker.exit_description() == "was killed by signal SIGKILL"
     worker.close()
+
+
+def test_a_worker_runs_the_given_steps_below_the_gateways_priority(repository):
+    config = read_config(repository / "identity_fp32")
+    env, _ = worker_environment(config, Device(), os.getpid())
+    worker = WorkerProcess("identity_fp32-nice", env, nice=3)
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, worker.process.pid) == min(base + 3, 19)
+    finally:
+        worker.kill()
+        worker.close()

@@ -16,7 +16,7 @@ from backends.base import Backend, TensorSpec
 from gateway.inference import InferRequest, Tensor
 from gateway.scheduling import DirectScheduler, Instance, InstancePool
 from gateway.scheduling.admission import (
-    MIN_JOBS_IN_BUDGET,
+    MIN_REQUESTS_AHEAD,
     Admission,
     Overloaded,
     deadline_of,
@@ -26,37 +26,54 @@ from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
 
-def test_the_predicted_wait_counts_jobs_ahead_per_instance():
+def test_the_predicted_wait_counts_busy_instances_and_queued_rows():
     admission = Admission("m", instances=2, budget_ms=40)
-    assert admission.wait_s(500) == 0.0  # nothing measured yet: admit
+    assert admission.wait_s(2, 500) == 0.0  # nothing measured yet: admit
     admission.observe(0.002)
-    admission.observe(0.004)
-    assert admission.job_s == pytest.approx(0.0022)  # a moving average
-    admission.job_s = 0.001
-    assert admission.wait_s(1) == 0.0  # an instance is free
-    assert admission.wait_s(2) == pytest.approx(0.0005)  # one of two finishes first
-    assert admission.wait_s(81) == pytest.approx(0.040)
-    admission.check(81, now=0.0)
+    admission.observe(0.004, rows=4)
+    assert admission.run_s == pytest.approx(0.0022)  # moving averages
+    assert admission.row_s == pytest.approx(0.0019)
+    admission.run_s, admission.row_s = 0.002, 0.001
+    assert admission.wait_s(1, 0) == 0.0  # an instance is free
+    assert admission.wait_s(2, 0) == pytest.approx(0.001)  # one of two finishes first
+    assert admission.wait_s(1, 10) == pytest.approx(0.005)  # ten rows on two instances
+    assert admission.wait_s(2, 78) == pytest.approx(0.040)
+    admission.check(2, 78, requests_ahead=80, now=0.0)
     with pytest.raises(Overloaded, match="overloaded.*queue budget") as refused:
-        admission.check(82, now=0.0)
+        admission.check(2, 79, requests_ahead=81, now=0.0)
     assert refused.value.retry_after_s == 1 and refused.value.http_status == 503
+
+
+def test_full_batches_are_predicted_from_their_rows_not_from_calm_one_row_runs():
+    admission = Admission("m", instances=1, budget_ms=50)
+    for _ in range(50):
+        admission.observe(0.004)  # calm: one row a run
+    # 64 queued rows would be one batch of 64; counted in one-row runs they cost 256 ms,
+    # past the budget: the first moments of an overload admit too few rather than many.
+    with pytest.raises(Overloaded):
+        admission.check(1, 64, requests_ahead=65, now=0.0)
+    for _ in range(50):
+        admission.observe(0.028, rows=64)  # overloaded: full batches, 0.44 ms a row
+    admission.check(1, 40, requests_ahead=41, now=0.0)  # 28 + 17.5 ms
 
 
 def test_a_deadline_sooner_than_the_budget_refuses_sooner():
     admission = Admission("m", instances=1, budget_ms=100)
     admission.observe(0.010)
-    admission.check(3, now=5.0, deadline=5.05)  # 30 ms of 50 left
+    admission.check(1, 2, requests_ahead=3, now=5.0, deadline=5.05)  # 30 ms of 50 left
     with pytest.raises(Overloaded, match="deadline"):
-        admission.check(3, now=5.0, deadline=5.02)
+        admission.check(1, 2, requests_ahead=3, now=5.0, deadline=5.02)
 
 
-def test_the_budget_holds_a_few_jobs_of_a_slow_model():
+def test_a_few_requests_ahead_are_admitted_past_the_budget_of_a_slow_model():
     admission = Admission("m", instances=1, budget_ms=5)
-    admission.observe(0.100)  # 100 ms batches: a 5 ms budget would refuse all but one
-    assert admission.budget_s() == pytest.approx(0.1 * MIN_JOBS_IN_BUDGET)
-    admission.check(MIN_JOBS_IN_BUDGET, now=0.0)
+    admission.observe(0.100)  # 100 ms runs: a 5 ms budget would refuse all but one
+    ahead = MIN_REQUESTS_AHEAD - 1
+    admission.check(1, ahead - 1, requests_ahead=ahead, now=0.0)  # a closed loop of 16
     with pytest.raises(Overloaded):
-        admission.check(MIN_JOBS_IN_BUDGET + 1, now=0.0)
+        admission.check(1, ahead, requests_ahead=ahead + 1, now=0.0)
+    with pytest.raises(Overloaded, match="deadline"):  # its own deadline still holds
+        admission.check(1, 1, requests_ahead=2, now=0.0, deadline=0.05)
 
 
 def test_deadline_of_takes_the_sooner_of_the_front_and_the_timeout_parameter():
@@ -125,7 +142,7 @@ def one(value: float, **parameters) -> InferRequest:
 
 def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted():
     backend = SleepingBackend(0.005)
-    scheduler = direct(backend, budget_ms=150)  # more than MIN_JOBS_IN_BUDGET runs
+    scheduler = direct(backend, budget_ms=150)  # more than MIN_REQUESTS_AHEAD runs
 
     async def scenario():
         await scheduler.infer(one(0))  # one run measures the service time

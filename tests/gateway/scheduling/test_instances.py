@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import numpy as np
@@ -138,3 +139,40 @@ def test_a_single_core_process_runs_longer_runs_inline():
     instance.close()
     assert threads[0].startswith("one")  # the first run measures, on its thread
     assert threads[1:] == [threading.main_thread().name] * 2
+
+
+def _priority() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_a_loaded_instance_makes_and_runs_its_backend_below_the_loops_priority():
+    seen: dict[str, int] = {}
+
+    class PriorityBackend(RecordingBackend):
+        def __init__(self) -> None:
+            super().__init__(inline=False)
+            seen["load"] = _priority()  # a framework's pools started here inherit it
+
+        def run(self, inputs, output_names):
+            seen["run"] = _priority()
+            return super().run(inputs, output_names)
+
+    instance = Instance.load(PriorityBackend, "low", nice=3)
+    try:
+        run_times(instance, 1)
+        base = _priority()
+        assert seen == {"load": min(base + 3, 19), "run": min(base + 3, 19)}
+        assert instance.backend.threads == ["low_0"]
+    finally:
+        instance.close()
+
+
+def test_a_backend_that_fails_to_load_leaves_no_thread_behind():
+    before = threading.active_count()
+
+    def broken() -> Backend:
+        raise RuntimeError("no such model")
+
+    with pytest.raises(RuntimeError, match="no such model"):
+        Instance.load(broken, "broken", nice=3)
+    assert threading.active_count() == before
