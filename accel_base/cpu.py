@@ -20,7 +20,7 @@ from pathlib import Path
 # backend gets what the fronts leave, and admission (which measures the backend's wall
 # time) admits correspondingly less. Work-conserving: an idle loop costs the backend
 # nothing.
-DEFAULT_BACKEND_NICE = 10
+DEFAULT_BACKEND_NICE = 5
 MAX_NICE = 19
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from accel_base.cpu import usable_cores
 from accel_base.errors import InvalidArgument
+from accel_base.paths import anchored, is_path_key
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
 from backends.parameters import int_parameter, string_parameter
@@ -55,7 +56,16 @@ _GRAPH_LEVELS = {
 }
 
 
-def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
+def _anchored(options: dict[str, str], model_dir: Path | None) -> dict[str, str]:
+    """Relative paths in options (a TensorRT engine cache, an OpenVINO cache_dir) made
+    absolute under the model's directory: onnxruntime would resolve them against the
+    server's working directory. The sealed repository has checked that they stay in it."""
+    if model_dir is None:
+        return options
+    return {k: anchored(v, model_dir) if is_path_key(k) else v for k, v in options.items()}
+
+
+def session_options(config: mc.ModelConfig, model_dir: Path | None = None) -> ort.SessionOptions:
     options = ort.SessionOptions()
     # Left at 0, ORT sizes its pools from the machine's physical cores and pins each
     # thread to one of them, outside `taskset` or a CPU quota. Given a count, it pins
@@ -77,16 +87,17 @@ def session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     # Triton passes `session.*` parameters straight to the session's config entries.
-    for key, value in config.parameters.items():
-        if key.startswith("session."):
-            options.add_session_config_entry(key, value.string_value)
+    entries = {k: v.string_value for k, v in config.parameters.items() if k.startswith("session.")}
+    for key, value in _anchored(entries, model_dir).items():
+        options.add_session_config_entry(key, value)
     return options
 
 
 def choose_providers(
-    config: mc.ModelConfig, device: Device, available: list[str]
+    config: mc.ModelConfig, device: Device, available: list[str], model_dir: Path | None = None
 ) -> list[tuple[str, dict[str, str]]]:
-    """Providers in priority order for this device; those not in `available` are dropped."""
+    """Providers in priority order for this device; those not in `available` are dropped.
+    Relative paths in their options are taken as relative to `model_dir`."""
     accelerators = config.optimization.execution_accelerators
     wanted: list[tuple[str, dict[str, str]]] = []
     if device.kind == "gpu":
@@ -97,7 +108,7 @@ def choose_providers(
                     f"model '{config.name}': unknown gpu_execution_accelerator "
                     f"'{accelerator.name}', expected tensorrt or cuda"
                 )
-            options = dict(accelerator.parameters)
+            options = _anchored(dict(accelerator.parameters), model_dir)
             if provider == "TensorrtExecutionProvider":
                 options = _tensorrt_options(options, device)
             wanted.append((provider, options))
@@ -115,7 +126,7 @@ def choose_providers(
                     f"model '{config.name}': unknown cpu_execution_accelerator "
                     f"'{accelerator.name}', expected openvino"
                 )
-            wanted.append((provider, dict(accelerator.parameters)))
+            wanted.append((provider, _anchored(dict(accelerator.parameters), model_dir)))
     wanted.append(("CPUExecutionProvider", {}))
     chosen = []
     for provider, options in wanted:
@@ -156,11 +167,12 @@ def _spec(node: ort.NodeArg, model: str) -> TensorSpec:
 class OnnxRuntimeBackend(Backend):
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
-        providers = choose_providers(config, device, ort.get_available_providers())
+        model_dir = artifact.parent.parent  # <model>/<version>/<file>
+        providers = choose_providers(config, device, ort.get_available_providers(), model_dir)
         try:
             self._session = ort.InferenceSession(
                 str(artifact),
-                sess_options=session_options(config),
+                sess_options=session_options(config, model_dir),
                 providers=[name for name, _ in providers],
                 provider_options=[options for _, options in providers],
             )

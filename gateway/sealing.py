@@ -11,23 +11,12 @@ file exists. Messages that leave the server name paths relative to the repositor
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
 from accel_base.errors import InvalidArgument
+from accel_base.paths import is_path_key, split_paths
 from accel_base.proto import model_config_pb2 as mc
-
-# A parameter key that names files or directories: trt_engine_cache_path, cache_dir,
-# ep.context_file_path, trt_extra_plugin_lib_paths, load_config,
-# trt_int8_calibration_table_name, ... Broad on purpose: a false match only means a
-# value is checked as a path.
-_PATH_KEY = re.compile(
-    r"(?:^|[_.])(?:paths?|dirs?|directory|folder|files?|filenames?|filepaths?|lib|libs|"
-    r"config|table_name)$"
-)
-# Lists of paths (trt_extra_plugin_lib_paths) are split on these.
-_LIST_SEPARATORS = re.compile("[;," + re.escape(os.pathsep) + "]")
 
 
 def model_directory(root: Path, name: str) -> Path:
@@ -87,25 +76,16 @@ def _named_paths(config: mc.ModelConfig) -> Iterator[tuple[str, str]]:
     for capability, filename in config.cc_model_filenames.items():
         yield f"cc_model_filenames[{capability}]", filename
     for key, value in config.parameters.items():
-        if _PATH_KEY.search(key.lower()):
-            for path in _paths(value.string_value):
+        if is_path_key(key):
+            for path in split_paths(value.string_value):
                 yield f"parameter {key}", path
     accelerators = config.optimization.execution_accelerators
     for accelerator in [*accelerators.gpu_execution_accelerator,
                         *accelerators.cpu_execution_accelerator]:  # fmt: skip
         for key, value in accelerator.parameters.items():
-            if _PATH_KEY.search(key.lower()):
-                for path in _paths(value):
+            if is_path_key(key):
+                for path in split_paths(value):
                     yield f"{accelerator.name} option {key}", path
-
-
-def is_path_key(key: str) -> bool:
-    """Whether a parameter or option key names files or directories."""
-    return _PATH_KEY.search(key.lower()) is not None
-
-
-def _paths(value: str) -> list[str]:
-    return [part.strip() for part in _LIST_SEPARATORS.split(value) if part.strip()]
 
 
 def _inside(path: Path, directory: Path) -> bool:

@@ -51,6 +51,29 @@ def test_gpu_providers_translate_triton_tensorrt_parameters():
     assert chosen["CUDAExecutionProvider"] == {"device_id": "1"}
 
 
+def test_relative_cache_paths_are_taken_inside_the_model_directory(tmp_path):
+    cfg = config(
+        "optimization { execution_accelerators { gpu_execution_accelerator [ { "
+        'name: "tensorrt" parameters { key: "trt_engine_cache_path" value: "trt" } '
+        'parameters { key: "trt_extra_plugin_lib_paths" value: "a.so;libs/b.so" } '
+        'parameters { key: "trt_max_workspace_size" value: "1024" } } ] } }'
+    )
+    available = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    chosen = dict(choose_providers(cfg, Device("gpu", 0), available, tmp_path))
+    trt = chosen["TensorrtExecutionProvider"]
+    assert trt["trt_engine_cache_path"] == str(tmp_path / "trt")  # not the server's CWD
+    assert trt["trt_extra_plugin_lib_paths"] == f"{tmp_path / 'a.so'};{tmp_path / 'libs/b.so'}"
+    assert trt["trt_max_workspace_size"] == "1024"  # not a path: as it was
+    openvino = config(
+        "optimization { execution_accelerators { cpu_execution_accelerator [ { "
+        'name: "openvino" parameters { key: "cache_dir" value: "ov" } } ] } }'
+    )
+    chosen = dict(
+        choose_providers(openvino, Device("cpu"), ["OpenVINOExecutionProvider"], tmp_path)
+    )
+    assert chosen["OpenVINOExecutionProvider"] == {"cache_dir": str(tmp_path / "ov")}
+
+
 def test_gpu_instance_without_cuda_is_a_clear_error():
     with pytest.raises(BackendUnavailable, match="no CUDAExecutionProvider"):
         choose_providers(config(), Device("gpu", 0), ["CPUExecutionProvider"])

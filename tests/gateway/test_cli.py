@@ -70,7 +70,7 @@ def test_shared_memory_is_off_unless_asked_for():
 
 def test_backend_nice_is_a_nice_step_count(capsys):
     parser = build_parser()
-    assert parser.parse_args(["serve"]).backend_nice == 10
+    assert parser.parse_args(["serve"]).backend_nice == 5
     assert parser.parse_args(["serve", "--backend-nice", "0"]).backend_nice == 0
     for bad in ("20", "-1", "low"):
         with pytest.raises(SystemExit):
