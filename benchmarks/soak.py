@@ -3,9 +3,10 @@
     .venv/bin/python -m benchmarks.soak [--minutes 10]
 
 One gateway pinned to one core serves `mlp` (784 -> 1024 -> 1024 -> 10, dynamic
-batching). Saturation is measured first (a closed loop of 16 HTTP connections); then
-half of it is offered, half over HTTP (binary tensors) and half over gRPC, from the other
-core. Reported per minute: requests, errors and p99 for each protocol, and the server's
+batching). Saturation is measured first, with the same mix: closed loops of 16 HTTP
+connections and 16 gRPC callers at once. Then half of it is offered, open loop, half
+over HTTP (binary tensors) and half over gRPC, from the other core. Reported per
+minute: requests, errors and p99 for each protocol, and the server's
 resident memory (its own process; instances here are threads). Goals (issue 12): zero
 errors, resident memory growing under 5% from the end of the first minute to the end,
 every minute's p99 within 2x of the first minute's.
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import grpc
@@ -48,22 +50,49 @@ def grpc_request() -> pb.ModelInferRequest:
     return request
 
 
-async def grpc_minute(url: str, rate: float, seconds: float) -> tuple[list[float], int]:
-    """Open loop of unary ModelInfer calls; (latencies of successes, failures)."""
+async def grpc_closed_loop(url: str, callers: int, seconds: float) -> float:
+    """Answers a second with `callers` that each wait for their last call."""
+    async with grpc.aio.insecure_channel(url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        request = grpc_request()
+        end, answers = time.monotonic() + seconds, 0
+
+        async def caller() -> None:
+            nonlocal answers
+            while time.monotonic() < end:
+                await stub.ModelInfer(request, timeout=10)
+                answers += 1
+
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        return answers / seconds
+
+
+async def mixed_saturation(http_port: int, grpc_url: str, seconds: float) -> float:
+    request = request_bytes(http_port, MODEL)
+    http, grpc_rate = await asyncio.gather(
+        closed_loop("127.0.0.1", http_port, request, 16, seconds),
+        grpc_closed_loop(grpc_url, 16, seconds),
+    )
+    return http + grpc_rate
+
+
+async def grpc_minute(
+    url: str, rate: float, seconds: float
+) -> tuple[list[float], Counter[str]]:
+    """Open loop of unary ModelInfer calls; (latencies of successes, failures by code)."""
     async with grpc.aio.insecure_channel(url) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         request = grpc_request()
         latencies: list[float] = []
-        failures = 0
+        failures: Counter[str] = Counter()
 
         async def one() -> None:
-            nonlocal failures
             began = time.monotonic()
             try:
                 await stub.ModelInfer(request, timeout=10)
                 latencies.append(time.monotonic() - began)
-            except grpc.aio.AioRpcError:
-                failures += 1
+            except grpc.aio.AioRpcError as exc:
+                failures[f"gRPC {exc.code().name}"] += 1
 
         tasks = []
         start, total = time.monotonic(), int(rate * seconds)
@@ -88,40 +117,49 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=10)
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
+    parser.add_argument("--gateway-arg", action="append", default=[],
+                        help="an extra `serve` argument, e.g. --gateway-arg=--backend-nice=0")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
         write_mlp(repository, MODEL, 1024, dynamic_batching=True, intra_op_threads=1)
         pin_to(args.client_core)
         server = start_gateway(
-            repository, "--log-level", "warning", log_path=Path(tmp) / "gateway.log",
-            cpu_cores={args.server_core}, timeout_s=180,
+            repository, "--log-level", "warning", *args.gateway_arg,
+            log_path=Path(tmp) / "gateway.log", cpu_cores={args.server_core}, timeout_s=180,
         )  # fmt: skip
         pid = server.process.pid
         try:
-            request = request_bytes(server.http_port, MODEL)
-            saturation = asyncio.run(closed_loop("127.0.0.1", server.http_port, request, 16, 5))
+            saturation = asyncio.run(
+                mixed_saturation(server.http_port, server.grpc_url, 5.0)
+            )
             rate = saturation / 2
             print(f"saturation {saturation:,.0f}/s; offering {rate:,.0f}/s, half over gRPC")
             print("minute  http p99 ms  grpc p99 ms  requests  errors  RSS MiB")
-            first_p99, first_rss, errors, worst = None, None, 0, 0.0
+            first_p99, first_rss, worst = None, None, 0.0
+            errors: Counter[str] = Counter()
             for minute in range(1, args.minutes + 1):
                 http_run, (grpc_ok, grpc_failed) = asyncio.run(
                     mixed_minute(server.http_port, server.grpc_url, rate, 60.0)
                 )
                 http_ok = [o.latency_s for o in http_run.outcomes if o.status == 200]
-                failed = len(http_run.outcomes) - len(http_ok) + grpc_failed
-                errors += failed
+                failures = grpc_failed + Counter(
+                    f"HTTP {o.status or 'unanswered'}" for o in http_run.outcomes if o.status != 200
+                )
+                failed = sum(failures.values())
+                errors += failures
                 p99s = (p99_ms(http_ok), p99_ms(grpc_ok))
                 rss = rss_mib(pid)
                 first_p99 = first_p99 or p99s
                 first_rss = first_rss or rss
-                count = len(http_run.outcomes) + len(grpc_ok) + grpc_failed
+                count = len(http_run.outcomes) + len(grpc_ok) + sum(grpc_failed.values())
                 print(f"{minute:>6}  {p99s[0]:>11.2f}  {p99s[1]:>11.2f}  {count:>8}  "
                       f"{failed:>6}  {rss:>7.1f}")  # fmt: skip
                 worst = max(worst, *(p / f for p, f in zip(p99s, first_p99, strict=True)))
-            print(f"errors {errors} (goal 0); RSS {100 * (rss / first_rss - 1):+.1f}% after the "
-                  f"first minute (goal < 5%); worst minute's p99 {worst:.2f}x the first's "
+            kinds = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common()) or "none"
+            growth = 100 * (rss / first_rss - 1)
+            print(f"errors {sum(errors.values())} ({kinds}; goal 0); RSS {growth:+.1f}% after "
+                  f"the first minute (goal < 5%); worst minute's p99 {worst:.2f}x the first's "
                   "(goal <= 2)")  # fmt: skip
         finally:
             server.stop()
