@@ -32,6 +32,12 @@ def split_paths(value: str) -> list[str]:
     return [part.strip() for part in re.split(_SEPARATOR, value) if part.strip()]
 
 
+def model_directory_of(artifact: Path, filename: str) -> Path:
+    """The model's directory for `artifact`, which is <model>/<version>/<filename> and
+    `filename` may hold folders of its own (`weights/model.onnx`)."""
+    return artifact.parents[len(Path(filename).parts)]
+
+
 def anchored(value: str, model_dir: Path) -> str:
     """`value` with each relative path in it made absolute under `model_dir`, separators
     kept as they were."""
@@ -39,6 +45,6 @@ def anchored(value: str, model_dir: Path) -> str:
     return "".join(
         part
         if index % 2 or not part.strip() or Path(part.strip()).is_absolute()
-        else str(model_dir / part.strip())
+        else str(model_dir.absolute() / part.strip())
         for index, part in enumerate(parts)
     )

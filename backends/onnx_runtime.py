@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from accel_base.cpu import usable_cores
 from accel_base.errors import InvalidArgument
-from accel_base.paths import anchored, is_path_key
+from accel_base.paths import anchored, is_path_key, model_directory_of
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
 from backends.parameters import int_parameter, string_parameter
@@ -167,7 +167,7 @@ def _spec(node: ort.NodeArg, model: str) -> TensorSpec:
 class OnnxRuntimeBackend(Backend):
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
-        model_dir = artifact.parent.parent  # <model>/<version>/<file>
+        model_dir = model_directory_of(artifact, config.default_model_filename or artifact.name)
         providers = choose_providers(config, device, ort.get_available_providers(), model_dir)
         try:
             self._session = ort.InferenceSession(

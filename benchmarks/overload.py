@@ -77,8 +77,8 @@ class CpuSampler(threading.Thread):
         while True:
             samples = self.samples[checked:]
             for (began, before), (ended, after) in itertools.pairwise(samples):
-                if ended > since and (after - before) / (ended - began) < IDLE_CPU_SHARE:
-                    return max(began - since, 0.0)
+                if began >= since and (after - before) / (ended - began) < IDLE_CPU_SHARE:
+                    return began - since
             checked += max(len(samples) - 1, 0)
             if not self.is_alive() or time.monotonic() - since > limit_s:
                 return float("inf")

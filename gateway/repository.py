@@ -191,12 +191,14 @@ class ModelRepository:
         Versions already serving go on serving while their replacements load, and
         keep serving if a replacement fails (as in Triton).
         """
+        before = self._loaded(name)
         try:
             await self._load(name, config_json)
         except GatewayError as exc:  # messages leave the server without its paths
             raise type(exc)(self._relative(exc.message)) from None
         finally:
-            heap.settle()
+            if self._loaded(name) != before:  # a refused or failed load frees nothing
+                heap.settle()
 
     def _relative(self, message: str) -> str:
         return relative_to_repository(message, self.root)
@@ -273,10 +275,19 @@ class ModelRepository:
         return config
 
     async def unload(self, name: str) -> None:
+        before = self._loaded(name)
         try:
             await self._unload(name)
         finally:
-            heap.settle()
+            if self._loaded(name) != before:
+                heap.settle()
+
+    def _loaded(self, name: str) -> list[int]:
+        """Identities of the model's loaded versions: a load or unload that changes them
+        leaves garbage to collect (heap.settle)."""
+        entry = self.models.get(name)
+        states = entry.versions.values() if entry is not None else []
+        return [id(s.model) for s in states if s.model is not None]
 
     async def _unload(self, name: str) -> None:
         entry = self.models.get(name)

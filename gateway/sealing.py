@@ -45,7 +45,8 @@ def check_config_paths(config: mc.ModelConfig, model_dir: Path) -> None:
             raise InvalidArgument(f"{where} contains '..'; paths must stay inside the model's "
                                   "directory")  # fmt: skip
         # File names are relative to each version directory, other paths to the model's.
-        bases = versions if what.endswith("filename") or what.startswith("cc_model") else []
+        file_name = what == "default_model_filename" or what.startswith("cc_model")
+        bases = versions if file_name else []
         for base in bases or [model_dir]:
             if not _inside(base / value, model_dir):
                 raise InvalidArgument(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accel_base.cpu import lower_priority
+from accel_base.cpu import MAX_NICE
 from accel_base.datatypes import element_count
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device, TensorSpec
@@ -58,27 +59,35 @@ class _Layout:
     loose: tuple[str, ...]  # the BYTES inputs, written after `end` for each batch
 
 
+def _lowered(command: list[str], nice: int) -> list[str]:
+    """`command` run `nice` steps below this process's priority (accel_base/cpu.py), set
+    before the interpreter starts, so that every thread it will have inherits it."""
+    if nice <= 0 or shutil.which("nice") is None:
+        return command
+    return ["nice", "-n", str(min(nice, MAX_NICE)), *command]
+
+
 class WorkerProcess:
     def __init__(self, name: str, env: dict[str, str], nice: int = 0) -> None:
         self.name = name
         self.sock, child = protocol.socket_pair()
         try:
+            command = [sys.executable, "-m", "workers.main", str(child.fileno()), name]
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "workers.main", str(child.fileno()), name],
+                _lowered(command, nice),
                 pass_fds=(child.fileno(),),
                 env=env,
                 stdin=subprocess.DEVNULL,
-                # Terminal signals go to the gateway, which stops its workers itself.
-                start_new_session=True,
+                # Terminal signals go to the gateway, which stops its workers itself. A
+                # process group of its own, not a session: a new session would be a new
+                # scheduler autogroup, and the nice would not count against the gateway.
+                process_group=0,
             )
         except BaseException:
             self.sock.close()
             raise
         finally:
             child.close()
-        # Now, while the interpreter starts and has no other thread: the threads it starts
-        # (the backend's pools) inherit the priority.
-        lower_priority(nice, self.process.pid)
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
         self.inputs: Arena | None = None

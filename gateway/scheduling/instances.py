@@ -17,6 +17,7 @@ may use one core only), and on its thread as soon as they grow longer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -73,12 +74,16 @@ class Instance:
         thread = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=name, initializer=lower_priority, initargs=(nice,)
         )
+        backend = None
         try:
             backend = thread.submit(make_backend).result()
+            return cls(backend, name, thread=thread)
         except BaseException:
+            if backend is not None:
+                with contextlib.suppress(Exception):  # the first failure is the news
+                    thread.submit(backend.unload).result()
             thread.shutdown(wait=True)
             raise
-        return cls(backend, name, thread=thread)
 
     @property
     def runs_inline(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel_base.paths import anchored, is_path_key, split_paths
+from accel_base.paths import anchored, is_path_key, model_directory_of, split_paths
 
 
 def test_path_keys():
@@ -23,3 +23,9 @@ def test_split_and_anchor_keep_absolute_paths_and_separators():
     assert anchored("/abs/cache", model) == "/abs/cache"
     assert anchored("a.so;/lib/b.so", model) == "/repo/m/a.so;/lib/b.so"
     assert anchored("", model) == ""
+
+
+def test_the_model_directory_of_an_artifact_whose_file_name_has_folders():
+    model = Path("/repo/m")
+    assert model_directory_of(model / "1" / "model.onnx", "model.onnx") == model
+    assert model_directory_of(model / "3" / "weights" / "model.onnx", "weights/model.onnx") == model

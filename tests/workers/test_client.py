@@ -107,13 +107,18 @@ def test_a_failed_run_and_a_dead_worker(repository):
     worker.close()
 
 
-def test_a_worker_runs_the_given_steps_below_the_gateways_priority(repository):
+def test_a_worker_and_every_thread_it_has_run_the_given_steps_lower(repository):
     config = read_config(repository / "identity_fp32")
-    env, _ = worker_environment(config, Device(), os.getpid())
+    env, device = worker_environment(config, Device(), os.getpid())
     worker = WorkerProcess("identity_fp32-nice", env, nice=3)
     try:
-        base = os.getpriority(os.PRIO_PROCESS, 0)
-        assert os.getpriority(os.PRIO_PROCESS, worker.process.pid) == min(base + 3, 19)
+        worker.load("onnxruntime_onnx", repository / "identity_fp32" / "1" / "model.onnx",
+                    config, device, 60)  # fmt: skip
+        threads = [int(t) for t in os.listdir(f"/proc/{worker.process.pid}/task")]
+        wanted = min(os.getpriority(os.PRIO_PROCESS, 0) + 3, 19)
+        assert len(threads) > 1  # the backend's and numpy's pools: lowered from the start
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == {wanted}
+        assert os.getpgid(worker.process.pid) == worker.process.pid  # its own group
+        assert os.getsid(worker.process.pid) == os.getsid(0)  # the gateway's autogroup
     finally:
-        worker.kill()
-        worker.close()
+        worker.unload(10)
