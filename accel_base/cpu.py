@@ -97,17 +97,17 @@ def _cores(quota: int, period: int) -> int | None:
     return max(1, math.ceil(quota / period))
 
 
-def lower_priority(steps: int, pid: int | None = None) -> None:
-    """Lower the calling thread's scheduling priority (or process `pid`'s main thread's)
-    by `steps` nice levels. On Linux a thread's nice value is its own, and threads it
-    starts later (a framework's pool) inherit it. Raising it back needs privileges, so
-    only threads that do nothing else are lowered. Best effort: a system that refuses
-    leaves the priority as it was."""
+def lower_priority(steps: int) -> None:
+    """Lower the calling thread's scheduling priority by `steps` nice levels (worker
+    processes start under nice(1) instead: workers/client.py). On Linux a thread's nice
+    value is its own, and threads it starts later (a framework's pool) inherit it.
+    Raising it back needs privileges, so only threads that do nothing else are lowered.
+    Best effort: a system that refuses leaves the priority as it was."""
     if steps <= 0:
         return
-    target = threading.get_native_id() if pid is None else pid
+    target = threading.get_native_id()
     try:
         current = os.getpriority(os.PRIO_PROCESS, target)
         os.setpriority(os.PRIO_PROCESS, target, min(current + steps, MAX_NICE))
-    except (OSError, AttributeError):  # not permitted, gone, or not a POSIX system
+    except (OSError, AttributeError):  # not permitted, or not a POSIX system
         pass

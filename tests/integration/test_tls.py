@@ -152,6 +152,14 @@ def test_grpc_infer_over_tls(tls_server, pki):
     client.close()
 
 
+def assert_grpc_refused(client: grpcclient.InferenceServerClient) -> None:
+    """The connection fails (UNAVAILABLE) before any call gets through; the client closes."""
+    with pytest.raises(InferenceServerException) as info:
+        client.is_server_live(client_timeout=5)
+    assert info.value.status() == "StatusCode.UNAVAILABLE"
+    client.close()
+
+
 def test_plaintext_clients_are_refused(tls_server):
     plain_http = httpclient.InferenceServerClient(
         tls_server.http_url, connection_timeout=5, network_timeout=5
@@ -160,11 +168,7 @@ def test_plaintext_clients_are_refused(tls_server):
     with pytest.raises(HTTPConnectionClosed):
         plain_http.is_server_live()
     plain_http.close()
-    plain_grpc = grpcclient.InferenceServerClient(tls_server.grpc_url)
-    with pytest.raises(InferenceServerException) as info:
-        plain_grpc.is_server_live(client_timeout=5)
-    assert info.value.status() == "StatusCode.UNAVAILABLE"
-    plain_grpc.close()
+    assert_grpc_refused(grpcclient.InferenceServerClient(tls_server.grpc_url))
 
 
 def test_metrics_over_tls(tls_server, pki):
@@ -201,11 +205,7 @@ def test_client_certificate_is_required_over_grpc(mtls_server, pki):
     infer_simple(client, grpcclient)
     client.close()
     for cert, key in ((None, None), (pki.stranger_cert, pki.stranger_key)):
-        refused = grpc_client(mtls_server, pki, cert, key)
-        with pytest.raises(InferenceServerException) as info:
-            refused.is_server_live(client_timeout=5)
-        assert info.value.status() == "StatusCode.UNAVAILABLE"
-        refused.close()
+        assert_grpc_refused(grpc_client(mtls_server, pki, cert, key))
 
 
 def test_metrics_need_a_client_certificate_too(mtls_server, pki):

@@ -140,26 +140,16 @@ def one(value: float, **parameters) -> InferRequest:
     return InferRequest("m", inputs=[Tensor("x", "FP32", data)], parameters=parameters)
 
 
-def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted():
+def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
     backend = SleepingBackend(0.005)
     scheduler = direct(backend, budget_ms=150)  # more than MIN_REQUESTS_AHEAD runs
 
     async def scenario():
         await scheduler.infer(one(0))  # one run measures the service time
-        began = time.monotonic()
+        return await burst(scheduler.infer, [one(v) for v in range(80)])
 
-        async def timed(request):
-            try:
-                return await scheduler.infer(request)
-            except Overloaded as exc:
-                return exc, time.monotonic() - began
-
-        results = await asyncio.gather(*(timed(one(v)) for v in range(80)))
-        return results
-
-    results = asyncio.run(scenario())
-    refused = [r for r in results if isinstance(r, tuple)]
-    served = [r for r in results if not isinstance(r, tuple)]
+    served, refused = asyncio.run(scenario())
+    assert all(isinstance(exc, Overloaded) for exc, _ in refused)
     # 150 ms of 5 ms runs: about thirty admitted, the rest refused without waiting.
     assert 15 <= len(served) <= 45 and len(refused) == 80 - len(served)
     assert max(seconds for _, seconds in refused) < 0.05

@@ -239,27 +239,18 @@ def test_a_failure_inside_the_batcher_fails_queued_requests_instead_of_hanging(m
     assert isinstance(error, Internal) and "planner bug" in error.message
 
 
-def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead():
+def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead(burst):
     backend = DoublingBackend(sleep_s=0.01)
     # More than MIN_REQUESTS_AHEAD rows, so that the budget is this one.
     batcher = make_batcher([backend], batching="", max_batch_size=2, queue_budget_ms=300)
 
     async def go():
         await batcher.infer(request(1.0))  # a batch of one row measures 10 ms a row
-        began = time.monotonic()
-
-        async def timed(req):
-            try:
-                return await batcher.infer(req)
-            except Unavailable as exc:
-                return exc, time.monotonic() - began
-
-        results = await asyncio.gather(*(timed(request(float(i))) for i in range(80)))
+        _, refused = await burst(batcher.infer, [request(float(i)) for i in range(80)])
         await batcher.close()
-        return results
+        return refused
 
-    results = asyncio.run(go())
-    refused = [r for r in results if isinstance(r, tuple)]
+    refused = asyncio.run(go())
     # 300 ms holds about thirty rows at 10 ms each (all arrive before a batch of two has
     # run and taught it 5 ms a row): the rest are refused without waiting, with a hint.
     assert 20 <= 80 - len(refused) <= 45
