@@ -4,19 +4,22 @@
 
 One gateway pinned to one core serves `mlp` (784 -> 1024 -> 1024 -> 10, dynamic
 batching). Saturation is measured first, with the same mix: closed loops of 16 HTTP
-connections and 16 gRPC callers at once. Then half of it is offered, open loop, half
-over HTTP (binary tensors) and half over gRPC, from the other core. Reported per
-minute: requests, errors and p99 for each protocol, and the server's
-resident memory (its own process; instances here are threads). Goals (issue 12): zero
-errors, resident memory growing under 5% from the end of the first minute to the end,
-every minute's p99 within 2x of the first minute's.
-"""
+connections and 16 gRPC callers at once. Then half of each protocol's share is offered,
+open loop (HTTP with binary tensors, gRPC unary calls), from the other core. Reported per
+minute: requests, errors and p99 for each protocol, the server's resident memory (its
+own process; instances here are threads), the requests the generator sent over 10 ms
+late (its own pauses, which turn into bursts), and the share of the server's core the
+hypervisor stole. Goals (issue 12): zero errors, resident memory growing under 5% from
+the end of the first minute to the end, every minute's p99 within 2x of the first
+minute's."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import gc
+import os
 import tempfile
 import time
 from collections import Counter
@@ -34,6 +37,28 @@ from gateway.proto import grpc_service_pb2_grpc as pb_grpc
 from models.mlp import write_mlp
 
 MODEL = "mlp"
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+LATE_S = 0.010  # a request sent later than this after its time counts as late
+
+
+def steal_ticks(core: int) -> int:
+    """Ticks the hypervisor took from `core` (/proc/stat's steal column) since boot."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            return int(line.split()[8])
+    return 0
+
+
+@contextlib.contextmanager
+def no_collector_pauses():
+    """The load generator's own collector off while it sends: a full collection of its
+    heap pauses its loop, and the requests due meanwhile would leave as one burst."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def rss_mib(pid: int) -> float:
@@ -69,19 +94,21 @@ async def grpc_closed_loop(url: str, callers: int, seconds: float) -> float:
         return answers / seconds
 
 
-async def mixed_saturation(http_port: int, grpc_url: str, seconds: float) -> float:
+async def mixed_saturation(http_port: int, grpc_url: str, seconds: float) -> tuple[float, float]:
+    """Answers a second over (HTTP, gRPC) while both closed loops run at once."""
     request = request_bytes(http_port, MODEL)
     http, grpc_rate = await asyncio.gather(
         closed_loop("127.0.0.1", http_port, request, 16, seconds),
         grpc_closed_loop(grpc_url, 16, seconds),
     )
-    return http + grpc_rate
+    return http, grpc_rate
 
 
 async def grpc_minute(
     url: str, rate: float, seconds: float
-) -> tuple[list[float], Counter[str]]:
-    """Open loop of unary ModelInfer calls; (latencies of successes, failures by code)."""
+) -> tuple[list[float], Counter[str], int]:
+    """Open loop of unary ModelInfer calls; (latencies of successes, failures by code,
+    calls sent late)."""
     async with grpc.aio.insecure_channel(url) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         request = grpc_request()
@@ -96,20 +123,24 @@ async def grpc_minute(
             except grpc.aio.AioRpcError as exc:
                 failures[f"gRPC {exc.code().name}"] += 1
 
-        tasks = []
+        tasks, late = [], 0
         start, total = time.monotonic(), int(rate * seconds)
         while len(tasks) < total:
-            due = min(int((time.monotonic() - start) * rate) + 1, total)
+            now = time.monotonic()
+            due = min(int((now - start) * rate) + 1, total)
+            late += sum(now - start - i / rate > LATE_S for i in range(len(tasks), due))
             tasks += [asyncio.ensure_future(one()) for _ in range(due - len(tasks))]
             await asyncio.sleep(0.001)
         await asyncio.gather(*tasks)
-        return latencies, failures
+        return latencies, failures, late
 
 
-async def mixed_minute(http_port: int, grpc_url: str, rate: float, seconds: float):
+async def mixed_minute(
+    http_port: int, grpc_url: str, http_rate: float, grpc_rate: float, seconds: float
+):
     http_run, grpc_result = await asyncio.gather(
-        offer("127.0.0.1", http_port, request_bytes(http_port, MODEL), rate / 2, seconds),
-        grpc_minute(grpc_url, rate / 2, seconds),
+        offer("127.0.0.1", http_port, request_bytes(http_port, MODEL), http_rate, seconds),
+        grpc_minute(grpc_url, grpc_rate, seconds),
     )
     return http_run, grpc_result
 
@@ -119,8 +150,12 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=10)
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
-    parser.add_argument("--gateway-arg", action="append", default=[],
-                        help="an extra `serve` argument, e.g. --gateway-arg=--backend-nice=0")
+    parser.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        help="an extra `serve` argument, e.g. --gateway-arg=--backend-nice=0",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
@@ -132,18 +167,25 @@ def main() -> None:
         )  # fmt: skip
         pid = server.process.pid
         try:
-            saturation = asyncio.run(
+            # Half of each protocol's share: the gRPC front costs more per call, so an
+            # even split of half the total can be more than the gRPC share can carry.
+            http_sat, grpc_sat = asyncio.run(
                 mixed_saturation(server.http_port, server.grpc_url, 5.0)
             )
-            rate = saturation / 2
-            print(f"saturation {saturation:,.0f}/s; offering {rate:,.0f}/s, half over gRPC")
-            print("minute  http p99 ms  grpc p99 ms  requests  errors  RSS MiB")
+            http_rate, grpc_rate = http_sat / 2, grpc_sat / 2
+            print(f"saturation {http_sat + grpc_sat:,.0f}/s ({http_sat:,.0f} HTTP + "
+                  f"{grpc_sat:,.0f} gRPC); offering half: {http_rate:,.0f} + "
+                  f"{grpc_rate:,.0f}/s")  # fmt: skip
+            print("minute  http p99 ms  grpc p99 ms  requests  errors  RSS MiB  sent late  steal %")
             first_p99, first_rss, worst = None, None, 0.0
             errors: Counter[str] = Counter()
             for minute in range(1, args.minutes + 1):
-                http_run, (grpc_ok, grpc_failed) = asyncio.run(
-                    mixed_minute(server.http_port, server.grpc_url, rate, 60.0)
-                )
+                stolen = steal_ticks(args.server_core)
+                with no_collector_pauses():
+                    http_run, (grpc_ok, grpc_failed, grpc_late) = asyncio.run(
+                        mixed_minute(server.http_port, server.grpc_url, http_rate, grpc_rate, 60.0)
+                    )
+                steal = 100 * (steal_ticks(args.server_core) - stolen) / TICKS_PER_S / 60.0
                 http_ok = [o.latency_s for o in http_run.outcomes if o.status == 200]
                 failures = grpc_failed + Counter(
                     f"HTTP {o.status or 'unanswered'}" for o in http_run.outcomes if o.status != 200
@@ -155,9 +197,11 @@ def main() -> None:
                 first_p99 = first_p99 or p99s
                 first_rss = first_rss or rss
                 count = len(http_run.outcomes) + len(grpc_ok) + sum(grpc_failed.values())
+                late = http_run.late_sends + grpc_late
                 print(f"{minute:>6}  {p99s[0]:>11.2f}  {p99s[1]:>11.2f}  {count:>8}  "
-                      f"{failed:>6}  {rss:>7.1f}")  # fmt: skip
+                      f"{failed:>6}  {rss:>7.1f}  {late:>9}  {steal:>7.1f}")  # fmt: skip
                 worst = max(worst, *(p / f for p, f in zip(p99s, first_p99, strict=True)))
+                del http_run, grpc_ok  # not alive through the next minute's collections
             kinds = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common()) or "none"
             growth = 100 * (rss / first_rss - 1)
             print(f"errors {sum(errors.values())} ({kinds}; goal 0); RSS {growth:+.1f}% after "
