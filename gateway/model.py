@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.datatypes import v2_datatype
-from accel_base.errors import Unavailable
+from accel_base.errors import Internal, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
@@ -26,7 +26,7 @@ from gateway.scheduling.execution import (
 )
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.process_instance import ProcessInstance
-from gateway.sealing import check_artifact
+from gateway.sealing import check_artifact, relative_to_repository
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
@@ -107,8 +107,10 @@ class ModelVersion:
         instances: list[Any],
         max_queue_size: int,
         queue_budget_ms: float,
+        root: Path | None = None,
     ) -> None:
         self.config = config
+        self.root = root  # the repository, taken out of messages that leave the server
         self.name = config.name
         self.version = version
         self.stats = ModelStatistics(config.name, str(version))
@@ -180,7 +182,9 @@ class ModelVersion:
             config.name, version, len(instances), ", ".join(kinds),
         )  # fmt: skip
         try:
-            return cls(config, version, instances, max_queue_size, queue_budget_ms)
+            return cls(
+                config, version, instances, max_queue_size, queue_budget_ms, model_dir.parent
+            )
         except BaseException:
             for instance in instances:
                 instance.close()
@@ -197,10 +201,18 @@ class ModelVersion:
         reasons = [i.down_reason for i in self.pool.instances if i.down_reason]
         if len(reasons) < len(self.pool.instances):
             return None
-        return "; ".join(reasons)
+        return self._relative("; ".join(reasons))
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.scheduler.infer(request)
+        try:
+            return await self.scheduler.infer(request)
+        except (Internal, Unavailable) as exc:  # a backend's or worker's own words
+            exc.message = self._relative(exc.message)
+            exc.args = (exc.message,)
+            raise
+
+    def _relative(self, message: str) -> str:
+        return message if self.root is None else relative_to_repository(message, self.root)
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
         batch = [-1] if self.config.max_batch_size > 0 else []

@@ -25,7 +25,12 @@ from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
-from gateway.sealing import check_config_paths, model_directory, relative_to_repository
+from gateway.sealing import (
+    check_config_paths,
+    check_links,
+    model_directory,
+    relative_to_repository,
+)
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +219,7 @@ class ModelRepository:
                 model_dir = model_directory(self.root, name)
                 config = self._config(name, model_dir, config_json)
                 check_config_paths(config, model_dir)
+                check_links(model_dir, name)
                 queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
                 wanted = versions_to_load(config, available_versions(model_dir))
                 if not wanted:

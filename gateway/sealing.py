@@ -54,6 +54,20 @@ def check_config_paths(config: mc.ModelConfig, model_dir: Path) -> None:
                 )
 
 
+def check_links(model_dir: Path, model: str) -> None:
+    """No symbolic link anywhere under the model's directory leads outside it: a directory
+    artifact (a SavedModel, an OpenVINO pair) or a file a model names inside itself (ONNX
+    external data) could otherwise read any file of the server."""
+    for folder, directories, files in os.walk(model_dir):  # does not follow links
+        for name in [*directories, *files]:
+            path = Path(folder, name)
+            if path.is_symlink() and not _inside(path, model_dir):
+                raise InvalidArgument(
+                    f"model '{model}': {path.relative_to(model_dir.parent)} is a symbolic "
+                    "link that leads outside the model's directory; copy the file in instead"
+                )
+
+
 def check_artifact(artifact: Path, model_dir: Path, model: str) -> None:
     """The file a version loads resolves inside the model's directory (a version directory
     or the artifact itself may be a symbolic link)."""

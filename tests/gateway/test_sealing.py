@@ -12,6 +12,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.sealing import (
     check_artifact,
     check_config_paths,
+    check_links,
     model_directory,
     relative_to_repository,
 )
@@ -64,6 +65,21 @@ def test_a_symbolic_link_out_of_the_model_is_refused(repository):
     with pytest.raises(InvalidArgument, match="2/model.onnx leads outside"):
         check_artifact(artifact, repository / "m", "m")
     check_artifact(repository / "m" / "1" / "model.onnx", repository / "m", "m")
+
+
+def test_a_link_inside_a_directory_artifact_must_stay_inside(repository):
+    saved = repository / "m" / "1" / "model.savedmodel" / "variables"
+    saved.mkdir(parents=True)
+    (saved / "index").symlink_to(repository / "m" / "1" / "model.onnx")  # inside: fine
+    (repository / "m" / "2").symlink_to(repository / "m" / "1")  # a version linked: fine
+    check_links(repository / "m", "m")
+    (saved / "data").symlink_to(repository.parent / "secret.onnx")
+    with pytest.raises(InvalidArgument, match="m/1/model.savedmodel/variables/data is a symb"):
+        check_links(repository / "m", "m")
+    (saved / "data").unlink()
+    (saved / "shards").symlink_to(repository.parent)  # a directory out
+    with pytest.raises(InvalidArgument, match="variables/shards is a symbolic link"):
+        check_links(repository / "m", "m")
 
 
 def test_path_parameters_and_accelerator_options_are_checked(repository):

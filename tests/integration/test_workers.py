@@ -317,3 +317,19 @@ def test_unloading_a_model_with_a_hung_batch_answers_it(process_server):
     assert time.monotonic() - started < 45  # the drain's 30 s, not the worker's unload wait too
     wait_for(lambda: not alive(pid), what="the hung worker to be killed")
     assert server.stop() == 0
+
+
+def test_a_failed_restart_reports_repository_paths_only(repository_copy, server_factory):
+    repository = in_processes(repository_copy("simple"), "simple", worker_max_restarts="1")
+    server = server_factory(repository)
+    client = httpclient.InferenceServerClient(server.http_url)
+    artifact = repository / "simple" / "1" / "model.onnx"
+    artifact.rename(artifact.with_suffix(".gone"))  # the restarted worker cannot load it
+    os.kill(workers_of(server)["simple-1-0"], signal.SIGKILL)
+    wait_for(lambda: "not restarted" in index_row(client, "simple")["reason"], what="retiring")
+    reason = index_row(client, "simple")["reason"]
+    with pytest.raises(InferenceServerException) as failure:
+        client.infer("simple", simple_request())
+    for message in (reason, failure.value.message()):
+        assert "failed to restart" in message
+        assert str(repository.resolve()) not in message, message
