@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import os
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from benchmarks.open_loop import closed_loop, offer
+from benchmarks.open_loop import closed_loop, no_collector_pauses, offer
 from benchmarks.overload import p99_ms, request_bytes
 from benchmarks.perf import pin_to
 from gateway.launch import start_gateway
@@ -47,18 +46,6 @@ def steal_ticks(core: int) -> int:
         if line.startswith(f"cpu{core} "):
             return int(line.split()[8])
     return 0
-
-
-@contextlib.contextmanager
-def no_collector_pauses():
-    """The load generator's own collector off while it sends: a full collection of its
-    heap pauses its loop, and the requests due meanwhile would leave as one burst."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def rss_mib(pid: int) -> float:

@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_float,
         default=DEFAULT_QUEUE_BUDGET_MS,
         help="a request that could not start within this long is refused at once with 503 "
-        "and Retry-After, unless fewer than 16 requests are ahead of it; a model's "
+        "and Retry-After, unless fewer than 8 requests an instance are ahead of it; a model's "
         "queue_budget_ms parameter overrides it (default %(default)s)",
     )
     serve.add_argument(

@@ -17,7 +17,7 @@ from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
 from gateway.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
-from gateway.scheduling.admission import queue_budget
+from gateway.scheduling.admission import Overloaded, queue_budget
 from gateway.scheduling.execution import (
     execution_mode,
     gpu_capable,
@@ -206,6 +206,8 @@ class ModelVersion:
     async def infer(self, request: InferRequest) -> InferResponse:
         try:
             return await self.scheduler.infer(request)
+        except Overloaded:  # our own words, and refusals must stay cheap
+            raise
         except (Internal, Unavailable) as exc:  # a backend's or worker's own words
             exc.message = self._relative(exc.message)
             exc.args = (exc.message,)

@@ -13,9 +13,10 @@ overload refusals are fast, admitted requests wait at most about the budget, and
 server is idle soon after the load stops (no backlog of requests whose callers gave up).
 
 The budget is a model's `queue_budget_ms` parameter, else the server's default. It is
-not applied while fewer than MIN_REQUESTS_AHEAD requests are ahead: a few clients that
-each wait for their answer (a closed loop) are queueing, not overloading, however slow
-the model. The request's own deadline always applies. Pure: time comes in as arguments.
+not applied while fewer than EXEMPT_PER_INSTANCE requests an instance are ahead: a few
+clients that each wait for their answer (a closed loop) are queueing, not overloading,
+however slow the model. The request's own deadline always applies. Pure: time comes in
+as arguments.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from accel_base.proto import model_config_pb2 as mc
 from backends.parameters import string_parameter
 from gateway.inference import InferRequest
 
-# Below this many requests ahead the budget does not refuse: a closed loop of up to 16
-# clients is never refused, whatever the model's speed or batch size.
-MIN_REQUESTS_AHEAD = 16
-DEFAULT_QUEUE_BUDGET_MS = 50.0  # the server's --queue-budget-ms
+# Below this many requests ahead an instance the budget does not refuse: a closed loop of
+# up to 8 clients an instance is never refused, whatever the model's speed or batch size.
+# More would let an unbatched model's queue grow past 10x its unloaded latency (issue
+# 12's goal) whatever its budget; clients past it that retry at once, without heeding
+# Retry-After, spin on refusals.
+EXEMPT_PER_INSTANCE = 8
+DEFAULT_QUEUE_BUDGET_MS = 30.0  # the server's --queue-budget-ms
 
 
 class Overloaded(Unavailable):
@@ -80,7 +84,7 @@ class Admission:
         if wait == 0.0:
             return
         limit, why = self.budget_ms / 1e3, "its queue budget"
-        if requests_ahead < MIN_REQUESTS_AHEAD:
+        if requests_ahead < EXEMPT_PER_INSTANCE * self.instances:
             limit = math.inf
         if deadline is not None and deadline - now < limit:
             limit, why = max(deadline - now, 0.0), "the request's deadline"

@@ -16,7 +16,7 @@ from backends.base import Backend, TensorSpec
 from gateway.inference import InferRequest, Tensor
 from gateway.scheduling import DirectScheduler, Instance, InstancePool
 from gateway.scheduling.admission import (
-    MIN_REQUESTS_AHEAD,
+    EXEMPT_PER_INSTANCE,
     Admission,
     Overloaded,
     deadline_of,
@@ -68,12 +68,21 @@ def test_a_deadline_sooner_than_the_budget_refuses_sooner():
 def test_a_few_requests_ahead_are_admitted_past_the_budget_of_a_slow_model():
     admission = Admission("m", instances=1, budget_ms=5)
     admission.observe(0.100)  # 100 ms runs: a 5 ms budget would refuse all but one
-    ahead = MIN_REQUESTS_AHEAD - 1
-    admission.check(1, ahead - 1, requests_ahead=ahead, now=0.0)  # a closed loop of 16
+    ahead = EXEMPT_PER_INSTANCE - 1
+    admission.check(1, ahead - 1, requests_ahead=ahead, now=0.0)  # a closed loop of 8
     with pytest.raises(Overloaded):
         admission.check(1, ahead, requests_ahead=ahead + 1, now=0.0)
     with pytest.raises(Overloaded, match="deadline"):  # its own deadline still holds
         admission.check(1, 1, requests_ahead=2, now=0.0, deadline=0.05)
+
+
+def test_the_requests_exempt_from_the_budget_grow_with_the_instances():
+    admission = Admission("m", instances=2, budget_ms=5)
+    admission.observe(0.100)
+    ahead = 2 * EXEMPT_PER_INSTANCE - 1  # a closed loop of 16 on two instances
+    admission.check(2, ahead - 2, requests_ahead=ahead, now=0.0)
+    with pytest.raises(Overloaded):
+        admission.check(2, ahead - 1, requests_ahead=ahead + 1, now=0.0)
 
 
 def test_deadline_of_takes_the_sooner_of_the_front_and_the_timeout_parameter():
@@ -142,7 +151,7 @@ def one(value: float, **parameters) -> InferRequest:
 
 def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
     backend = SleepingBackend(0.005)
-    scheduler = direct(backend, budget_ms=150)  # more than MIN_REQUESTS_AHEAD runs
+    scheduler = direct(backend, budget_ms=150)  # more than EXEMPT_PER_INSTANCE runs
 
     async def scenario():
         await scheduler.infer(one(0))  # one run measures the service time

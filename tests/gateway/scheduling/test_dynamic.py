@@ -241,7 +241,7 @@ def test_a_failure_inside_the_batcher_fails_queued_requests_instead_of_hanging(m
 
 def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead(burst):
     backend = DoublingBackend(sleep_s=0.01)
-    # More than MIN_REQUESTS_AHEAD rows, so that the budget is this one.
+    # More than EXEMPT_PER_INSTANCE rows, so that the budget is this one.
     batcher = make_batcher([backend], batching="", max_batch_size=2, queue_budget_ms=300)
 
     async def go():
