@@ -116,8 +116,8 @@ WORKDIR /home/gateway
 VOLUME ["/models"]
 # HTTP, gRPC, metrics; 8080 in SageMaker mode.
 EXPOSE 8000 8001 8002 8080
+# Asks the server's own HTTP port, over HTTPS when it serves TLS (gateway/health_command.py).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", \
-        "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
+    CMD ["accel-gateway", "health"]
 ENTRYPOINT ["/usr/local/bin/accel-gateway-entrypoint"]
 CMD []

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
-from gateway import __version__, compile_command, loadtest_command
+from gateway import __version__, compile_command, health_command, loadtest_command
 from gateway.arguments import port, positive_float, positive_int, positive_seconds
 from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.limits import ConnectionLimits
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     compile_command.add_parser(commands)
     loadtest_command.add_parser(commands)
+    health_command.add_parser(commands)
     return parser
 
 
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         return compile_command.run(args)
     if args.command == "loadtest":
         return loadtest_command.run(args)
+    if args.command == "health":
+        return health_command.run(args, build_parser().parse_args)
     try:
         # Checked before the example repository is built, so a mistake costs no wait.
         tls = tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.datatypes import v2_datatype
-from accel_base.errors import Internal, Unavailable
+from accel_base.errors import GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
@@ -26,7 +26,7 @@ from gateway.scheduling.execution import (
 )
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.process_instance import ProcessInstance
-from gateway.sealing import check_artifact, relative_to_repository
+from gateway.sealing import check_artifact, relative_to_repository, repository_prefixes
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
@@ -110,7 +110,8 @@ class ModelVersion:
         root: Path | None = None,
     ) -> None:
         self.config = config
-        self.root = root  # the repository, taken out of messages that leave the server
+        # The repository's path, taken out of messages that leave the server.
+        self._prefixes = repository_prefixes(root) if root is not None else []
         self.name = config.name
         self.version = version
         self.stats = ModelStatistics(config.name, str(version))
@@ -208,13 +209,15 @@ class ModelVersion:
             return await self.scheduler.infer(request)
         except Overloaded:  # our own words, and refusals must stay cheap
             raise
-        except (Internal, Unavailable) as exc:  # a backend's or worker's own words
+        except GatewayError as exc:  # may carry a backend's or a worker's own words
             exc.message = self._relative(exc.message)
             exc.args = (exc.message,)
             raise
 
     def _relative(self, message: str) -> str:
-        return message if self.root is None else relative_to_repository(message, self.root)
+        if not self._prefixes:
+            return message
+        return relative_to_repository(message, Path(self._prefixes[0]), self._prefixes)
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
         batch = [-1] if self.config.max_batch_size > 0 else []

@@ -219,7 +219,7 @@ class ModelRepository:
                 model_dir = model_directory(self.root, name)
                 config = self._config(name, model_dir, config_json)
                 check_config_paths(config, model_dir)
-                check_links(model_dir, name)
+                await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
                 queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
                 wanted = versions_to_load(config, available_versions(model_dir))
                 if not wanted:

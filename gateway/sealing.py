@@ -5,12 +5,14 @@ A model's directory must lie inside the repository, and every path its config na
 whose key names a file or directory, such as `trt_engine_cache_path` or `cache_dir`)
 must stay inside the model's directory once `..` and symbolic links are resolved. The
 check runs before any file is looked at, so a refusal says nothing about whether the
-file exists. Messages that leave the server name paths relative to the repository.
+file exists. No symbolic link under the model's directory may lead out of it (or loop).
+Messages that leave the server name paths relative to the repository.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
@@ -64,7 +66,8 @@ def check_links(model_dir: Path, model: str) -> None:
             if path.is_symlink() and not _inside(path, model_dir):
                 raise InvalidArgument(
                     f"model '{model}': {path.relative_to(model_dir.parent)} is a symbolic "
-                    "link that leads outside the model's directory; copy the file in instead"
+                    "link that leads outside the model's directory or loops; copy the file in "
+                    "instead"
                 )
 
 
@@ -78,10 +81,18 @@ def check_artifact(artifact: Path, model_dir: Path, model: str) -> None:
         )
 
 
-def relative_to_repository(text: str, root: Path) -> str:
+def repository_prefixes(root: Path) -> list[str]:
+    """The repository's absolute path as messages may spell it, longest first (one may
+    contain the other, through a symbolic link)."""
+    return sorted({str(root.resolve()), str(root.absolute())}, key=len, reverse=True)
+
+
+def relative_to_repository(text: str, root: Path, prefixes: list[str] | None = None) -> str:
     """`text` with the repository's absolute path taken out of every path in it."""
-    for prefix in {str(root.resolve()), str(root.absolute())}:
-        text = text.replace(prefix + os.sep, "").replace(prefix, ".")
+    for prefix in prefixes or repository_prefixes(root):
+        # Only where the path ends or goes on into the repository: not /models-cache.
+        pattern = re.escape(prefix) + r"(?:" + re.escape(os.sep) + r"|(?![\w.-]))"
+        text = re.sub(pattern, lambda m: "" if m.group().endswith(os.sep) else ".", text)
     return text
 
 
@@ -104,4 +115,7 @@ def _named_paths(config: mc.ModelConfig) -> Iterator[tuple[str, str]]:
 
 
 def _inside(path: Path, directory: Path) -> bool:
-    return path.resolve().is_relative_to(directory.resolve())
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (RuntimeError, OSError):  # a symbolic link loop leads nowhere: not inside
+        return False

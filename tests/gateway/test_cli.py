@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.cli import build_parser
+from gateway.cli import build_parser, main
+from gateway.health_command import readiness_url, serve_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,3 +78,28 @@ def test_backend_nice_is_a_nice_step_count(capsys):
         with pytest.raises(SystemExit):
             parser.parse_args(["serve", "--backend-nice", bad])
     assert "--backend-nice" in capsys.readouterr().err
+
+
+def test_health_answers_for_a_plain_gateway_and_names_what_is_wrong(gateway, capsys):
+    assert main(["health", "--pid", str(gateway.process.pid)]) == 0
+    # This test's own process is no gateway, but the `gateway` fixture's is its child,
+    # as the server is under `docker run --init`.
+    assert main(["health", "--pid", str(os.getpid())]) == 0
+    with subprocess.Popen(["sleep", "30"]) as other:
+        assert main(["health", "--pid", str(other.pid)]) == 1
+        other.kill()
+    assert "nor its children run `accel-gateway serve`" in capsys.readouterr().err
+
+
+def test_health_knows_the_gateway_by_its_command_line():
+    argv = ["/usr/local/bin/python", "/usr/local/bin/accel-gateway", "serve", "--host", "::"]
+    assert serve_arguments(argv) == ["serve", "--host", "::"]
+    assert serve_arguments(["python", "-m", "gateway", "serve"]) == ["serve"]
+    assert serve_arguments(["python", "-m", "pytest", "-k", "serve"]) is None
+
+
+def test_health_asks_loopback_for_a_server_on_every_address():
+    options = build_parser().parse_args(["serve", "--host", "0.0.0.0", "--http-port", "9"])
+    assert readiness_url(options) == "http://127.0.0.1:9/v2/health/ready"
+    options = build_parser().parse_args(["serve", "--host", "::", "--tls-cert", "c.pem"])
+    assert readiness_url(options) == "https://[::1]:8000/v2/health/ready"

@@ -82,6 +82,13 @@ def test_a_link_inside_a_directory_artifact_must_stay_inside(repository):
         check_links(repository / "m", "m")
 
 
+def test_a_symbolic_link_loop_is_refused_not_a_crash(repository):
+    (repository / "m" / "1" / "a").symlink_to(repository / "m" / "1" / "b")
+    (repository / "m" / "1" / "b").symlink_to(repository / "m" / "1" / "a")
+    with pytest.raises(InvalidArgument, match="m/1/[ab] is a symbolic link .* or loops"):
+        check_links(repository / "m", "m")
+
+
 def test_path_parameters_and_accelerator_options_are_checked(repository):
     for key in ("trt_engine_cache_path", "cache_dir", "session.ep.context_file_path"):
         outside = config()
@@ -112,3 +119,6 @@ def test_a_model_directory_linked_from_elsewhere_is_refused(repository, tmp_path
 def test_messages_lose_the_repository_path(repository):
     message = f"{repository.resolve()}/m/1/model.onnx is bad; so is {repository}"
     assert relative_to_repository(message, repository) == "m/1/model.onnx is bad; so is ."
+    # Another directory whose name starts like the repository's keeps its path.
+    sibling = f"{repository}-cache/x"
+    assert relative_to_repository(sibling, repository) == sibling

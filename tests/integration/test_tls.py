@@ -22,6 +22,7 @@ import trustme
 from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
+from gateway.cli import main
 from gateway.launch import GatewayProcess, free_port, start_gateway
 from models import simple
 
@@ -225,3 +226,16 @@ def test_launch_needs_a_client_certificate_to_poll(pki, repository, tmp_path):
             *("--tls-client-ca", str(pki.client_ca)),
             log_path=tmp_path / "gateway.log",
         )
+
+
+def test_the_health_command_reads_the_servers_own_tls_options(tls_server, mtls_server, pki,
+                                                              capsys):  # fmt: skip
+    assert main(["health", "--pid", str(tls_server.process.pid)]) == 0  # HTTPS, unverified
+    pid = str(mtls_server.process.pid)
+    assert main(["health", "--pid", pid]) == 1
+    assert "requires a client certificate" in capsys.readouterr().err
+    own = ["--client-cert", str(pki.client_cert), "--client-key", str(pki.client_key)]
+    assert main(["health", "--pid", pid, *own]) == 0
+    stranger = ["--client-cert", str(pki.stranger_cert), "--client-key", str(pki.stranger_key)]
+    assert main(["health", "--pid", pid, *stranger]) == 1
+    assert "did not answer" in capsys.readouterr().err
