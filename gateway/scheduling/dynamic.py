@@ -67,9 +67,7 @@ class DynamicBatcher:
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
         self.pending = 0  # accepted and not yet answered (queued or running)
-        self.admission = Admission(
-            rules.model, len(pool.instances), queue_budget_ms, max_batch=max_batch_size
-        )
+        self.admission = Admission(rules.model, len(pool.instances), queue_budget_ms)
         self._arrival = asyncio.Event()
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None
