@@ -1,12 +1,17 @@
 """Admission control: a request that could not start within its budget is refused at once.
 
 Every model version, batched or not, keeps moving averages of how long one run (a
-request, or a batch) holds an instance, and of that time per row. A new request starts
-once an instance is free and the rows queued before it have run: its predicted wait is
-the runs in progress (when every instance is busy) plus the queued rows, shared among
-the instances. Per row, because batches grow with the queue: counted in runs, the short
-one-row runs of a calm moment would predict a queue of full batches as many times too
-short. When the predicted wait is longer than the model's queue budget, or than what is
+request, or a batch) holds an instance. A new request starts once an instance is free
+and the rows queued before it have run: its predicted wait is the runs in progress
+(when every instance is busy) plus the queued rows' time, shared among the instances.
+The queued rows' time is the lesser of two readings of recent runs, each of which errs
+long in its own case. By the row (a run's time over its rows): batches grow with the
+queue, so counted in the short runs of a calm moment, a queue of full batches would be
+predicted many times too short; but at a calm moment's cost a row, the backlog a short
+hiccup leaves (which a few large batches clear) looks long enough to refuse. Fitted
+(a fixed cost a run plus a cost a row, over the batches the rows make): right for that
+backlog, but it counts a partial batch as a whole run, which is long under overload.
+When the predicted wait is longer than the model's queue budget, or than what is
 left of the request's own deadline, the request gets a 503 (gRPC UNAVAILABLE) with a
 Retry-After straight away, instead of joining a queue it would time out in. So under
 overload refusals are fast, admitted requests wait at most about the budget, and the
@@ -38,6 +43,10 @@ EXEMPT_PER_INSTANCE = 8
 DEFAULT_QUEUE_BUDGET_MS = 30.0  # the server's --queue-budget-ms
 
 
+WEIGHT = 0.1  # of the newest run in the moving averages
+MIN_ROWS_VARIANCE = 1.0  # runs' sizes must vary this much (rows²) before a line is fitted
+
+
 class Overloaded(Unavailable):
     """Refused by admission control; `retry_after_s` is a hint for the client."""
 
@@ -51,25 +60,51 @@ class Admission:
     model: str
     instances: int
     budget_ms: float
+    max_batch: int = 1  # rows one run may take
     run_s: float | None = None  # moving average of one run's time on an instance
-    row_s: float | None = None  # the same per row of a run
+    # Moving mean of a run's rows and seconds, variance of its rows and their covariance:
+    # a least-squares line through recent runs, seconds = fixed + rows * per row.
+    mean_rows: float = 0.0
+    mean_s: float = 0.0
+    var_rows: float = 0.0
+    cov: float = 0.0
 
     def observe(self, seconds: float, rows: int = 1) -> None:
         """One more run of `rows` rows finished after holding an instance for `seconds`."""
-        per_row = seconds / max(rows, 1)
-        if self.run_s is None or self.row_s is None:
-            self.run_s, self.row_s = seconds, per_row
-        else:
-            self.run_s = 0.9 * self.run_s + 0.1 * seconds
-            self.row_s = 0.9 * self.row_s + 0.1 * per_row
+        rows = max(rows, 1)
+        if self.run_s is None:
+            self.run_s, self.mean_rows, self.mean_s = seconds, float(rows), seconds
+            return
+        self.run_s = (1 - WEIGHT) * self.run_s + WEIGHT * seconds
+        d_rows, d_s = rows - self.mean_rows, seconds - self.mean_s
+        self.mean_rows += WEIGHT * d_rows
+        self.mean_s += WEIGHT * d_s
+        self.var_rows = (1 - WEIGHT) * (self.var_rows + WEIGHT * d_rows * d_rows)
+        self.cov = (1 - WEIGHT) * (self.cov + WEIGHT * d_rows * d_s)
+
+    def cost(self) -> tuple[float, float]:
+        """(seconds a run, seconds a row) fitted to recent runs. While their sizes hardly
+        varied, or the fit says rows cost nothing (timing noise), all of it is counted
+        by the row."""
+        per_row = self.mean_s / self.mean_rows if self.mean_rows else 0.0
+        slope = self.cov / self.var_rows if self.var_rows >= MIN_ROWS_VARIANCE else 0.0
+        if slope <= 0.0:
+            return 0.0, per_row
+        slope = min(slope, per_row)  # steeper than the average would make fixed < 0
+        return self.mean_s - slope * self.mean_rows, slope
 
     def wait_s(self, running: int, queued_rows: int) -> float:
         """Predicted wait before a request gets an instance, with `running` runs in
         progress and `queued_rows` rows queued before it."""
-        if self.run_s is None or self.row_s is None:
+        if self.run_s is None:
             return 0.0
         busy = max(running - self.instances + 1, 0) * self.run_s  # until one is free
-        return (busy + queued_rows * self.row_s) / self.instances
+        by_row = queued_rows * self.mean_s / self.mean_rows
+        fixed, per_row = self.cost()
+        # As full batches: requests that cannot share a batch make more, each with its
+        # fixed cost, so the fit errs short by those.
+        fitted = math.ceil(queued_rows / self.max_batch) * fixed + queued_rows * per_row
+        return (busy + min(by_row, fitted)) / self.instances
 
     def check(
         self,

@@ -32,8 +32,10 @@ def test_the_predicted_wait_counts_busy_instances_and_queued_rows():
     admission.observe(0.002)
     admission.observe(0.004, rows=4)
     assert admission.run_s == pytest.approx(0.0022)  # moving averages
-    assert admission.row_s == pytest.approx(0.0019)
-    admission.run_s, admission.row_s = 0.002, 0.001
+    assert admission.mean_rows == pytest.approx(1.3) and admission.var_rows > 0
+    # Runs of one row only: the cost is all by the row.
+    admission.run_s, admission.mean_rows, admission.mean_s, admission.var_rows = 0.002, 1, 0.001, 0
+    assert admission.cost() == (0.0, 0.001)
     assert admission.wait_s(1, 0) == 0.0  # an instance is free
     assert admission.wait_s(2, 0) == pytest.approx(0.001)  # one of two finishes first
     assert admission.wait_s(1, 10) == pytest.approx(0.005)  # ten rows on two instances
@@ -44,8 +46,22 @@ def test_the_predicted_wait_counts_busy_instances_and_queued_rows():
     assert refused.value.retry_after_s == 1 and refused.value.http_status == 503
 
 
+def test_a_backlog_is_predicted_from_a_run_s_fixed_cost_and_its_cost_a_row():
+    admission = Admission("m", instances=1, budget_ms=30, max_batch=64)
+    for rows in [4, 8, 12, 6, 10] * 20:  # a calm moment: 2 ms a batch plus 0.5 ms a row
+        admission.observe(0.002 + 0.0005 * rows, rows=rows)
+    assert 6 < admission.var_rows < 10  # the sizes' variance is 8
+    fixed, per_row = admission.cost()
+    assert fixed == pytest.approx(0.002, rel=0.05) and per_row == pytest.approx(0.0005, rel=0.05)
+    # A hiccup left 50 rows queued: one batch of 50, 27 ms, not 50 calm rows' 0.75 ms each.
+    assert admission.wait_s(0, 50) == pytest.approx(0.027, rel=0.05)
+    admission.check(0, 50, requests_ahead=50, now=0.0)
+    with pytest.raises(Overloaded):
+        admission.check(0, 70, requests_ahead=70, now=0.0)  # two batches: 39 ms
+
+
 def test_full_batches_are_predicted_from_their_rows_not_from_calm_one_row_runs():
-    admission = Admission("m", instances=1, budget_ms=50)
+    admission = Admission("m", instances=1, budget_ms=50, max_batch=64)
     for _ in range(50):
         admission.observe(0.004)  # calm: one row a run
     # 64 queued rows would be one batch of 64; counted in one-row runs they cost 256 ms,
@@ -54,7 +70,7 @@ def test_full_batches_are_predicted_from_their_rows_not_from_calm_one_row_runs()
         admission.check(1, 64, requests_ahead=65, now=0.0)
     for _ in range(50):
         admission.observe(0.028, rows=64)  # overloaded: full batches, 0.44 ms a row
-    admission.check(1, 40, requests_ahead=41, now=0.0)  # 28 + 17.5 ms
+    admission.check(1, 40, requests_ahead=41, now=0.0)  # 28 + 3.6 + 15.2 ms
 
 
 def test_a_deadline_sooner_than_the_budget_refuses_sooner():
