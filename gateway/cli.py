@@ -14,7 +14,7 @@ from gateway.arguments import port, positive_float, positive_int, positive_secon
 from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.limits import ConnectionLimits
 from gateway.repository import CONTROL_MODES
-from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
+from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, EXEMPT_PER_INSTANCE
 from gateway.security import (
     ConfigError,
     TLSFiles,
@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_float,
         default=DEFAULT_QUEUE_BUDGET_MS,
         help="a request that could not start within this long is refused at once with 503 "
-        "and Retry-After, unless fewer than 8 requests an instance are ahead of it; a model's "
-        "queue_budget_ms parameter overrides it (default %(default)s)",
+        f"and Retry-After, unless fewer than {EXEMPT_PER_INSTANCE} requests an instance are "
+        "ahead of it; a model's queue_budget_ms parameter overrides it (default %(default)s)",
     )
     serve.add_argument(
         "--backend-nice",

@@ -215,9 +215,7 @@ class ModelVersion:
             raise
 
     def _relative(self, message: str) -> str:
-        if not self._prefixes:
-            return message
-        return relative_to_repository(message, Path(self._prefixes[0]), self._prefixes)
+        return relative_to_repository(message, self._prefixes)
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
         batch = [-1] if self.config.max_batch_size > 0 else []

@@ -30,6 +30,7 @@ from gateway.sealing import (
     check_links,
     model_directory,
     relative_to_repository,
+    repository_prefixes,
 )
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class ModelRepository:
                 f"model control mode must be one of {CONTROL_MODES}, not {control_mode}"
             )
         self.root = root
+        self._prefixes = repository_prefixes(root)  # taken out of messages to clients
         self.control_mode = control_mode
         self.max_queue_size = max_queue_size
         self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
@@ -206,7 +208,7 @@ class ModelRepository:
                 heap.settle()
 
     def _relative(self, message: str) -> str:
-        return relative_to_repository(message, self.root)
+        return relative_to_repository(message, self._prefixes)
 
     async def _load(self, name: str, config_json: dict[str, Any] | None) -> None:
         if not (name and "/" not in name and not name.startswith(".")) or not (

@@ -87,9 +87,10 @@ def repository_prefixes(root: Path) -> list[str]:
     return sorted({str(root.resolve()), str(root.absolute())}, key=len, reverse=True)
 
 
-def relative_to_repository(text: str, root: Path, prefixes: list[str] | None = None) -> str:
-    """`text` with the repository's absolute path taken out of every path in it."""
-    for prefix in prefixes or repository_prefixes(root):
+def relative_to_repository(text: str, prefixes: list[str]) -> str:
+    """`text` with the repository's absolute path (its `repository_prefixes`) taken out of
+    every path in it."""
+    for prefix in prefixes:
         # Only where the path ends or goes on into the repository: not /models-cache.
         pattern = re.escape(prefix) + r"(?:" + re.escape(os.sep) + r"|(?![\w.-]))"
         text = re.sub(pattern, lambda m: "" if m.group().endswith(os.sep) else ".", text)

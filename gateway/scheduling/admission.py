@@ -61,9 +61,9 @@ class Admission:
     instances: int
     budget_ms: float
     max_batch: int = 1  # rows one run may take
-    run_s: float | None = None  # moving average of one run's time on an instance
-    # Moving mean of a run's rows and seconds, variance of its rows and their covariance:
-    # a least-squares line through recent runs, seconds = fixed + rows * per row.
+    # Moving mean of a run's rows (0: none observed yet) and seconds on an instance,
+    # variance of its rows and their covariance: a least-squares line through recent
+    # runs, seconds = fixed + rows * per row.
     mean_rows: float = 0.0
     mean_s: float = 0.0
     var_rows: float = 0.0
@@ -72,10 +72,9 @@ class Admission:
     def observe(self, seconds: float, rows: int = 1) -> None:
         """One more run of `rows` rows finished after holding an instance for `seconds`."""
         rows = max(rows, 1)
-        if self.run_s is None:
-            self.run_s, self.mean_rows, self.mean_s = seconds, float(rows), seconds
+        if not self.mean_rows:
+            self.mean_rows, self.mean_s = float(rows), seconds
             return
-        self.run_s = (1 - WEIGHT) * self.run_s + WEIGHT * seconds
         d_rows, d_s = rows - self.mean_rows, seconds - self.mean_s
         self.mean_rows += WEIGHT * d_rows
         self.mean_s += WEIGHT * d_s
@@ -96,9 +95,9 @@ class Admission:
     def wait_s(self, running: int, queued_rows: int) -> float:
         """Predicted wait before a request gets an instance, with `running` runs in
         progress and `queued_rows` rows queued before it."""
-        if self.run_s is None:
+        if not self.mean_rows:
             return 0.0
-        busy = max(running - self.instances + 1, 0) * self.run_s  # until one is free
+        busy = max(running - self.instances + 1, 0) * self.mean_s  # until one is free
         by_row = queued_rows * self.mean_s / self.mean_rows
         fixed, per_row = self.cost()
         # As full batches: requests that cannot share a batch make more, each with its

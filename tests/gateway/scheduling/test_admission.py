@@ -31,10 +31,10 @@ def test_the_predicted_wait_counts_busy_instances_and_queued_rows():
     assert admission.wait_s(2, 500) == 0.0  # nothing measured yet: admit
     admission.observe(0.002)
     admission.observe(0.004, rows=4)
-    assert admission.run_s == pytest.approx(0.0022)  # moving averages
+    assert admission.mean_s == pytest.approx(0.0022)  # moving averages
     assert admission.mean_rows == pytest.approx(1.3) and admission.var_rows > 0
-    # Runs of one row only: the cost is all by the row.
-    admission.run_s, admission.mean_rows, admission.mean_s, admission.var_rows = 0.002, 1, 0.001, 0
+    # Runs of two rows only: the cost is all by the row.
+    admission.mean_rows, admission.mean_s, admission.var_rows = 2, 0.002, 0
     assert admission.cost() == (0.0, 0.001)
     assert admission.wait_s(1, 0) == 0.0  # an instance is free
     assert admission.wait_s(2, 0) == pytest.approx(0.001)  # one of two finishes first
@@ -46,7 +46,7 @@ def test_the_predicted_wait_counts_busy_instances_and_queued_rows():
     assert refused.value.retry_after_s == 1 and refused.value.http_status == 503
 
 
-def test_a_backlog_is_predicted_from_a_run_s_fixed_cost_and_its_cost_a_row():
+def test_a_backlog_is_predicted_from_a_runs_fixed_cost_and_its_cost_a_row():
     admission = Admission("m", instances=1, budget_ms=30, max_batch=64)
     for rows in [4, 8, 12, 6, 10] * 20:  # a calm moment: 2 ms a batch plus 0.5 ms a row
         admission.observe(0.002 + 0.0005 * rows, rows=rows)
