@@ -67,7 +67,10 @@ class DynamicBatcher:
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
         self.pending = 0  # accepted and not yet answered (queued or running)
-        self.admission = Admission(rules.model, len(pool.instances), queue_budget_ms)
+        # A backlog runs as batches of up to max_batch_size rows, each with a run's fixed cost.
+        self.admission = Admission(
+            rules.model, len(pool.instances), queue_budget_ms, max_batch=max(max_batch_size, 1)
+        )
         self._arrival = asyncio.Event()
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None

@@ -259,6 +259,16 @@ def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead(burst):
     assert sum(len(b) for b in backend.batches) == 1 + 80 - len(refused)
 
 
+def test_the_batchers_admission_counts_a_backlog_in_batches_of_its_max_size():
+    batcher = make_batcher([DoublingBackend()], max_batch_size=64, queue_budget_ms=30)
+    for rows in [4, 8, 12, 6, 10] * 20:  # calm: 2 ms a batch plus 0.5 ms a row
+        batcher.admission.observe(0.002 + 0.0005 * rows, rows=rows)
+    # 50 rows a hiccup left queued run as one batch of 50 (27 ms), inside the budget;
+    # as batches of one row they would be 125 ms, and by the calm row 37.5 ms.
+    assert batcher.admission.wait_s(0, 50) == pytest.approx(0.027, rel=0.05)
+    batcher.admission.check(0, 50, requests_ahead=50, now=0.0)
+
+
 def test_a_request_past_its_deadline_leaves_the_batch_unrun():
     backend = DoublingBackend(sleep_s=0.05)
     batcher = make_batcher([backend], batching="", max_batch_size=1)
