@@ -57,15 +57,15 @@ def cgroup_cpu_limit(
         hierarchy, controllers, path = parts
         if hierarchy == "0" and controllers == "":  # v2; hybrid systems mount it at unified/
             for mount in (cgroup_root, cgroup_root / "unified"):
-                limits += [_v2_limit(d) for d in _with_ancestors(mount, path)]
+                limits += [_v2_limit(d) for d in with_ancestors(mount, path)]
         elif "cpu" in controllers.split(","):  # v1, mounted as cpu,cpuacct/ or cpu/
             for mount in (cgroup_root / controllers, cgroup_root / "cpu"):
-                limits += [_v1_limit(d) for d in _with_ancestors(mount, path)]
+                limits += [_v1_limit(d) for d in with_ancestors(mount, path)]
     found = [limit for limit in limits if limit is not None]
     return min(found) if found else None
 
 
-def _with_ancestors(mount: Path, path: str) -> list[Path]:
+def with_ancestors(mount: Path, path: str) -> list[Path]:
     """The cgroup's directory and its parents up to the mount. A quota on any of them
     applies; and inside a container without its own cgroup namespace, /proc shows the
     host's path while the mount is the container's own cgroup, found as the last entry."""

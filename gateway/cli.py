@@ -13,6 +13,7 @@ from gateway import __version__, compile_command, health_command, loadtest_comma
 from gateway.arguments import port, positive_float, positive_int, positive_seconds
 from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.limits import ConnectionLimits
+from gateway.placement import options as memory_options
 from gateway.repository import CONTROL_MODES
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, EXEMPT_PER_INSTANCE
 from gateway.security import (
@@ -49,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=CONTROL_MODES,
         default="none",
         help="none: load all, no load/unload calls; explicit: load what --load-model names, "
-        "load/unload calls allowed; poll: load all and follow changes (default %(default)s)",
+        "load/unload calls allowed; poll: load all and follow changes; on-demand: load each "
+        "model on its first request, evicting the least recently used idle ones when memory "
+        "runs short, load/unload calls allowed (default %(default)s)",
     )
     serve.add_argument(
         "--load-model",
@@ -164,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--sagemaker-port", type=port, default=8080, help="default %(default)s")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    memory_options.add_arguments(serve)
     compile_command.add_parser(commands)
     loadtest_command.add_parser(commands)
     health_command.add_parser(commands)
@@ -249,6 +253,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
+        memory=memory_options.from_args(args),
     )
 
 

@@ -22,6 +22,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
+from gateway.model import ModelVersion
 from gateway.repository import ModelRepository
 from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shedding import LoopShedder
@@ -93,13 +94,22 @@ class InferenceCore:
         if model.unavailable_reason is not None:
             raise Unavailable(f"model '{name}' is not ready: {model.unavailable_reason}")
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        model = self.repository.get(name, version)
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = await self._model(name, version)
         versions = self.repository.models[name].ready_versions()
         return model.metadata(versions)
 
-    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
-        return self.repository.get(name, version).config
+    async def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return (await self._model(name, version)).config
+
+    async def _model(self, name: str, version: str) -> ModelVersion:
+        """The ready model version; in on-demand mode, loaded first if it is not."""
+        try:
+            model = self.repository.get(name, version)
+        except (NotFound, Unavailable) as missing:
+            return await self.repository.get_on_demand(name, version, missing)
+        self.repository.memory.stats.hits += 1
+        return model
 
     # ---- inference -------------------------------------------------------------------
 
@@ -114,7 +124,7 @@ class InferenceCore:
             self.in_flight.leave()
 
     async def _infer(self, request: InferRequest) -> InferResponse:
-        model = self.repository.get(request.model_name, request.model_version)
+        model = await self._model(request.model_name, request.model_version)
         # Output regions are checked before the model runs, so a bad one costs no compute.
         targets = self.shared_memory.output_targets(request.outputs) if request.outputs else None
         if not targets:

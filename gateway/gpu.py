@@ -42,3 +42,27 @@ def read_gpus() -> list[GpuReading]:
     finally:
         pynvml.nvmlShutdown()
     return readings
+
+
+def process_gpu_bytes(pid: int) -> int | None:
+    """GPU memory NVML counts for one process, over every GPU; None without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        used = 0
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if process.pid == pid and process.usedGpuMemory is not None:
+                    used += int(process.usedGpuMemory)
+        return used
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.gpu import GpuReading, read_gpus
+from gateway.placement.metrics import memory_families
 from gateway.repository import ModelRepository
 from gateway.scheduling.process_instance import ProcessInstance
 
@@ -61,6 +62,8 @@ def _labels(labels: dict[str, str]) -> str:
     def escape(value: str) -> str:
         return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
+    if not labels:
+        return ""
     return "{" + ",".join(f'{key}="{escape(value)}"' for key, value in labels.items()) + "}"
 
 
@@ -177,6 +180,7 @@ def render(
     )
     families.append(_batch_size_histogram(models))
     families += _worker_families(models)
+    families += memory_families(repository.memory, models, _family, _labels)
     families += _gpu_families(read_gpus())
     return "\n".join(families) + "\n"
 

@@ -7,6 +7,8 @@ import dataclasses
 import functools
 import logging
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
+from gateway.placement import footprint
+from gateway.placement.warm_up import warm_up_inputs
 from gateway.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
 from gateway.scheduling.admission import Overloaded, queue_budget
 from gateway.scheduling.execution import (
@@ -53,14 +57,26 @@ def gpu_count() -> int:
     return min(count, present)
 
 
-def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[Device]:
-    """One Device per instance, following Triton's instance_group rules.
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One instance to place: the devices it may go on, whether it runs in a worker
+    process, and the bytes it is predicted to take there."""
+
+    allowed: tuple[Device, ...]
+    in_worker: bool
+    predicted: int
+
+
+def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[tuple[Device, ...]]:
+    """The devices each instance may go on, following Triton's instance_group rules, but
+    for one: a KIND_GPU group that names no `gpus` places `count` instances in all, each
+    on the GPU it fits best (Triton puts `count` on every GPU); `gpus` pins as in Triton.
 
     KIND_AUTO (and no instance_group at all) means the GPUs when there are any and
     the backend can use them here, else one CPU instance.
     """
     groups = list(config.instance_group) or [mc.ModelInstanceGroup()]
-    devices: list[Device] = []
+    slots: list[tuple[Device, ...]] = []
     for group in groups:
         count = group.count or 1
         kind = group.kind
@@ -69,21 +85,25 @@ def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[Device]
             kind = mc.ModelInstanceGroup.KIND_GPU if use_gpu else mc.ModelInstanceGroup.KIND_CPU
         if kind == mc.ModelInstanceGroup.KIND_GPU:
             available = gpu_count()
-            gpus = list(group.gpus) or list(range(available))
-            if not gpus or any(gpu >= available for gpu in gpus):
+            pinned = list(group.gpus)
+            if available == 0 or any(gpu >= available for gpu in pinned):
                 raise BackendUnavailable(
-                    f"model '{config.name}' asks for KIND_GPU instances on GPUs {gpus or 'any'} "
-                    f"but this machine has {available} GPU(s); use KIND_CPU or KIND_AUTO"
+                    f"model '{config.name}' asks for KIND_GPU instances on GPUs "
+                    f"{pinned or 'any'} but this machine has {available} GPU(s); use KIND_CPU "
+                    "or KIND_AUTO"
                 )
-            devices += [Device("gpu", gpu) for gpu in gpus for _ in range(count)]
+            if pinned:
+                slots += [(Device("gpu", gpu),) for gpu in pinned for _ in range(count)]
+            else:
+                slots += [tuple(Device("gpu", gpu) for gpu in range(available))] * count
         elif kind == mc.ModelInstanceGroup.KIND_CPU:
-            devices += [Device("cpu")] * count
+            slots += [(Device("cpu"),)] * count
         else:
             raise BackendUnavailable(
                 f"model '{config.name}': instance_group kind "
                 f"{mc.ModelInstanceGroup.Kind.Name(kind)} is not supported"
             )
-    return devices
+    return slots
 
 
 def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
@@ -97,6 +117,16 @@ def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default
             "is missing"
         )
     return artifact
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    config: mc.ModelConfig  # a copy, completed from the artifact as the first instance loads
+    platform: str
+    model_dir: Path
+    artifact: Path
+    version: int
+    slots: list[Slot]
 
 
 class ModelVersion:
@@ -116,6 +146,8 @@ class ModelVersion:
         self.version = version
         self.stats = ModelStatistics(config.name, str(version))
         self.pool = InstancePool(instances, config.name)
+        self.last_used = time.monotonic()  # for eviction: least recently used goes first
+        self.footprints: list[Any] = []  # placement.manager.Footprint of each instance
         rules = RequestRules.from_config(config)
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         budget_ms = queue_budget(config, queue_budget_ms)
@@ -131,17 +163,9 @@ class ModelVersion:
             )
 
     @classmethod
-    def load(
-        cls,
-        model_dir: Path,
-        version: int,
-        config: mc.ModelConfig,
-        max_queue_size: int,
-        queue_budget_ms: float,
-        backend_nice: int = 0,
-    ) -> ModelVersion:
-        """Load every instance (blocking: call from a worker thread). Backends run
-        `backend_nice` steps below the gateway's priority (accel_base/cpu.py)."""
+    def plan(cls, model_dir: Path, version: int, config: mc.ModelConfig) -> LoadPlan:
+        """What loading this version takes: its artifact and the instances to place
+        (blocking: it may ask a probe process about the GPUs)."""
         config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
         platform = platform_of(config)
         info = platform_info(platform)
@@ -152,22 +176,42 @@ class ModelVersion:
                 f"model '{config.name}': platform {platform} needs every input, "
                 f"but the config marks {', '.join(optional)} optional"
             )
+        slots = []
+        for allowed in instance_devices(config, gpu_capable(config, platform, gpu_count())):
+            in_worker = execution_mode(config, platform, allowed[0]) == "process"
+            size = footprint.predict(
+                config, platform, model_dir / str(version), allowed[0], in_worker
+            )
+            slots.append(Slot(allowed, in_worker, size))
+        return LoadPlan(config, platform, model_dir, artifact, version, slots)
+
+    @classmethod
+    def load(
+        cls,
+        plan: LoadPlan,
+        devices: list[Device],
+        max_queue_size: int,
+        queue_budget_ms: float,
+        backend_nice: int = 0,
+    ) -> ModelVersion:
+        """Load one instance on each of `devices` (blocking: call from a worker thread).
+        Backends run `backend_nice` steps below the gateway's priority (accel_base/cpu.py)."""
+        config, platform, version = plan.config, plan.platform, plan.version
         settings = dataclasses.replace(worker_settings(config), nice=backend_nice)
         single_core = usable_cores() == 1
-        devices = instance_devices(config, gpu_capable(config, platform, gpu_count()))
         instances: list[Any] = []
         try:
-            for index, device in enumerate(devices):
+            for index, (device, slot) in enumerate(zip(devices, plan.slots, strict=True)):
                 name = f"{config.name}-{version}-{index}"
-                if execution_mode(config, platform, device) == "process":
+                if slot.in_worker:
                     spawn = functools.partial(
-                        spawn_worker, name, platform, artifact, config, device, settings,
+                        spawn_worker, name, platform, plan.artifact, config, device, settings,
                         os.getpid(),
                     )  # fmt: skip
                     instance = ProcessInstance(name, config.name, spawn, settings, single_core)
                     specs = instance.loaded.inputs, instance.loaded.outputs
                 else:
-                    make = functools.partial(backend_class(platform), artifact, config, device)
+                    make = functools.partial(backend_class(platform), plan.artifact, config, device)
                     instance = Instance.load(make, name, backend_nice)
                     specs = instance.backend.inputs(), instance.backend.outputs()
                 instances.append(instance)
@@ -184,12 +228,20 @@ class ModelVersion:
         )  # fmt: skip
         try:
             return cls(
-                config, version, instances, max_queue_size, queue_budget_ms, model_dir.parent
+                config, version, instances, max_queue_size, queue_budget_ms, plan.model_dir.parent
             )
         except BaseException:
             for instance in instances:
                 instance.close()
             raise
+
+    async def warm_up(self) -> None:
+        """Run every instance once on a batch of the largest size (zeros, empty strings),
+        so that what the backend allocates on its first run counts in its footprint."""
+        feed = warm_up_inputs(self.config, self.pool.instances[0].allowed_batch_sizes)
+        names = [t.name for t in self.config.output]
+        for instance in self.pool.instances:
+            await instance.run(feed, names)
 
     def attach(self) -> None:
         """Start watching worker processes (on the event loop, once loaded)."""
@@ -205,6 +257,7 @@ class ModelVersion:
         return self._relative("; ".join(reasons))
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        self.last_used = time.monotonic()
         try:
             return await self.scheduler.infer(request)
         except Overloaded:  # our own words, and refusals must stay cheap

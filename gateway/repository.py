@@ -5,13 +5,20 @@ and Triton's control modes:
 - none: load everything at start; load/unload calls are refused.
 - explicit: load what `--load-model` names at start; load/unload calls allowed.
 - poll: load everything at start and follow changes on disk; load/unload refused.
-A model that fails to load is recorded with its reason; it never stops the server.
+- on-demand: every model is known and unloaded until its first request (or a metadata
+  or config call) loads it; when a load needs room, the least recently used idle models
+  are evicted (gateway/placement). Pinned models load at start and stay. Load and
+  unload calls are allowed.
+In every mode a load is placed by bytes within the devices' memory budgets, and fails
+with the sizes when it cannot fit. A model that fails to load is recorded with its
+reason; it never stops the server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +26,14 @@ from typing import Any
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
+from backends.parameters import string_parameter
 from gateway import heap
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
+from gateway.placement.inventory import read_inventory
+from gateway.placement.ledger import Candidate, NoRoom
+from gateway.placement.manager import MemoryManager, memory_summary
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
 from gateway.sealing import (
@@ -35,7 +46,10 @@ from gateway.sealing import (
 
 log = logging.getLogger(__name__)
 
-CONTROL_MODES = ("none", "explicit", "poll")
+CONTROL_MODES = ("none", "explicit", "poll", "on-demand")
+MANAGED_MODES = ("explicit", "on-demand")  # where load and unload calls are allowed
+RETRY_FAILED_LOAD_S = 10.0  # on demand: a model that failed to load is not tried sooner
+SETTLE_EVERY_S = 2.0  # on demand: the heap settles at most this often
 
 
 @dataclass(slots=True)
@@ -52,6 +66,8 @@ class ModelEntry:
     fingerprint: tuple = ()  # what the files looked like when last loaded (poll mode)
     error: str = ""  # why the model as a whole (its config) could not load
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    failed_at: float | None = None  # on demand: when its last load failed (clock seconds)
+    pinned: bool = False  # never evicted (its config's `pinned` parameter, or --pin-model)
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, s in self.versions.items() if s.state == "READY")
@@ -69,6 +85,7 @@ class ModelRepository:
         max_queue_size: int = 1024,
         queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS,
         backend_nice: int = DEFAULT_BACKEND_NICE,
+        memory: MemoryManager | None = None,
     ) -> None:
         if control_mode not in CONTROL_MODES:
             raise ValueError(
@@ -81,19 +98,34 @@ class ModelRepository:
         self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
         self.backend_nice = backend_nice
         self.models: dict[str, ModelEntry] = {}
+        # Names given to model directories elsewhere in the repository (SageMaker's
+        # multi-model loads: gateway/http/sagemaker_models.py).
+        self.aliases: dict[str, Path] = {}
+        self.memory = memory or MemoryManager(read_inventory(), evicts=control_mode == "on-demand")
+        self._settling: asyncio.TimerHandle | None = None
 
     # ---- queries -------------------------------------------------------------------
 
     def model_names_on_disk(self) -> list[str]:
-        return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
-        )
+        """The repository's model directories, and the names given to others inside it."""
+        names = {p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        return sorted(names | set(self.aliases))
+
+    def _exists(self, name: str) -> bool:
+        return name in self.aliases or (_model_name(name) and (self.root / name).is_dir())
+
+    def _model_dir(self, name: str) -> Path:
+        """Where the model's files are: `root/name`, or the directory inside the
+        repository that a SageMaker load gave that name."""
+        return self.aliases.get(name) or model_directory(self.root, name)
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The READY model version a request asks for ('' means the latest ready one)."""
         _check_version(version)
         entry = self.models.get(name)
         if entry is None or not entry.versions:
+            if self.control_mode == "on-demand" and name in self.model_names_on_disk():
+                raise Unavailable(f"model '{name}' is not loaded; it loads on its first request")
             raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
         if version == "":
             if len(entry.versions) == 1:  # the common case, without sorting
@@ -151,6 +183,8 @@ class ModelRepository:
                 if not ready_only:
                     state = "UNAVAILABLE" if entry is not None and entry.error else ""
                     reason = entry.error if entry is not None else ""
+                    if not state and self.control_mode == "on-demand":
+                        state, reason = "UNAVAILABLE", "not loaded; loads on its first request"
                     rows.append({"name": name, "version": "", "state": state, "reason": reason})
                 continue
             for version, state in sorted(entry.versions.items()):
@@ -160,9 +194,10 @@ class ModelRepository:
                     status, reason = "UNAVAILABLE", down
                 if ready_only and status != "READY":
                     continue
-                rows.append(
-                    {"name": name, "version": str(version), "state": status, "reason": reason}
-                )
+                row = {"name": name, "version": str(version), "state": status, "reason": reason}
+                if state.model is not None and state.model.footprints:
+                    row["memory"] = memory_summary(state.model.footprints)
+                rows.append(row)
         return rows
 
     # ---- loading -------------------------------------------------------------------
@@ -171,6 +206,8 @@ class ModelRepository:
         """Load what the control mode says to load at start (all models, or the named ones)."""
         if self.control_mode == "explicit":
             targets = self.model_names_on_disk() if "*" in names else names
+        elif self.control_mode == "on-demand":  # the pinned ones; the rest wait for requests
+            targets = [n for n in self.model_names_on_disk() if self._pinned_on_disk(n)]
         else:
             targets = self.model_names_on_disk()
         # Several at once: most of a load is a worker process importing its framework.
@@ -186,10 +223,11 @@ class ModelRepository:
         await asyncio.gather(*(load(name) for name in targets))
 
     def check_management_allowed(self) -> None:
-        if self.control_mode != "explicit":
+        if self.control_mode not in MANAGED_MODES:
             raise PermissionDenied(
                 f"explicit model load / unload is not allowed in model control mode "
-                f"'{self.control_mode}'; start the server with --model-control-mode explicit"
+                f"'{self.control_mode}'; start the server with --model-control-mode explicit "
+                "(or on-demand)"
             )
 
     async def load(self, name: str, config_json: dict[str, Any] | None = None) -> None:
@@ -205,20 +243,18 @@ class ModelRepository:
             raise type(exc)(self._relative(exc.message)) from None
         finally:
             if self._loaded(name) != before:  # a refused or failed load frees nothing
-                heap.settle()
+                self._settle()
 
     def _relative(self, message: str) -> str:
         return relative_to_repository(message, self._prefixes)
 
     async def _load(self, name: str, config_json: dict[str, Any] | None) -> None:
-        if not (name and "/" not in name and not name.startswith(".")) or not (
-            (self.root / name).is_dir()
-        ):
+        if not self._exists(name):
             raise NotFound(f"model '{name}' is not in the model repository")
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             try:
-                model_dir = model_directory(self.root, name)
+                model_dir = self._model_dir(name)
                 config = self._config(name, model_dir, config_json)
                 check_config_paths(config, model_dir)
                 await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
@@ -236,43 +272,109 @@ class ModelRepository:
                 **old,
                 **{v: VersionState("LOADING") for v in wanted if not _ready(old.get(v))},
             }
+            entry.pinned = name in self.memory.pinned or is_pinned(config)
             new: dict[int, VersionState] = {}
             errors = []
+            no_room = True  # every failure was for want of memory (SageMaker answers 507)
             for version in wanted:
                 try:
-                    model = await asyncio.to_thread(
-                        ModelVersion.load,
-                        model_dir,
-                        version,
-                        config,
-                        self.max_queue_size,
-                        self.queue_budget_ms,
-                        self.backend_nice,
-                    )
+                    model = await self._load_version(name, model_dir, version, config)
                 except Exception as exc:  # any backend failure only fails this model
                     reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                     reason = self._relative(reason)
                     log.error("model '%s' version %d failed to load: %s", name, version, reason)
                     errors.append(reason)
+                    no_room = no_room and isinstance(exc, NoRoom)
                     previous = old.get(version)
                     new[version] = (
                         previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
                     )
                 else:
-                    model.attach()
                     new[version] = VersionState("READY", model=model)
             entry.versions = new
             await self._close_versions(
                 [s for v, s in old.items() if s.model and new.get(v) is not s]
             )
             if errors:
-                raise Unavailable(f"failed to load model '{name}': {'; '.join(errors)}")
+                failure = NoRoom if no_room else Unavailable
+                raise failure(f"failed to load model '{name}': {'; '.join(errors)}")
+
+    async def _load_version(
+        self, name: str, model_dir: Path, version: int, config: mc.ModelConfig
+    ) -> ModelVersion:
+        """Placed, loaded, warmed up and measured (gateway/placement/manager.py)."""
+        plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
+
+        def load(devices: list) -> ModelVersion:
+            return ModelVersion.load(
+                plan, devices, self.max_queue_size, self.queue_budget_ms, self.backend_nice
+            )
+
+        return await self.memory.load(
+            name, version, plan.slots, load, self._eviction_candidates, self._evict
+        )
+
+    def _eviction_candidates(self, loading: str) -> list[Candidate]:
+        """Models that may make room for `loading`: loaded, idle (nothing queued or
+        running), not pinned, and not being loaded or unloaded themselves."""
+        found = []
+        for name, entry in self.models.items():
+            models = [s.model for s in entry.versions.values() if s.model is not None]
+            if name == loading or entry.pinned or entry.lock.locked() or not models:
+                continue
+            if any(m.scheduler.pending for m in models):
+                continue
+            found.append(Candidate(name, max(m.last_used for m in models)))
+        return found
+
+    async def _evict(self, name: str) -> None:
+        # The load this makes room for settles the heap when it is done.
+        await self._unload(name, "evicted to make room for another model; loads again on its "
+                           "next request")  # fmt: skip
+
+    def _pinned_on_disk(self, name: str) -> bool:
+        if name in self.memory.pinned:
+            return True
+        try:
+            return is_pinned(read_config(self._model_dir(name)))
+        except GatewayError:
+            return False
+
+    async def get_on_demand(self, name: str, version: str, missing: GatewayError) -> ModelVersion:
+        """On demand: the model version once loaded (this request may start the load);
+        in other modes, or for a model not in the repository, `missing` is raised."""
+        if self.control_mode != "on-demand" or not self._exists(name):
+            raise missing
+        entry = self.models.get(name)
+        if entry is not None and entry.failed_at is not None:
+            ago = time.monotonic() - entry.failed_at
+            if ago < RETRY_FAILED_LOAD_S:
+                raise Unavailable(
+                    f"model '{name}' failed to load {ago:.0f} s ago and is tried again "
+                    f"{RETRY_FAILED_LOAD_S:g} s after that: {self._failure(entry)}"
+                )
+        await self.memory.first_load(name, lambda: self._load_on_demand(name))
+        return self.get(name, version)
+
+    async def _load_on_demand(self, name: str) -> None:
+        try:
+            await self.load(name)
+        except GatewayError:
+            self.models[name].failed_at = time.monotonic()
+            raise
+        self.models[name].failed_at = None
+
+    def _failure(self, entry: ModelEntry) -> str:
+        reasons = [s.reason for s in entry.versions.values() if s.reason]
+        return entry.error or "; ".join(reasons) or "no version loaded"
 
     def _config(
         self, name: str, model_dir: Path, config_json: dict[str, Any] | None
     ) -> mc.ModelConfig:
         if config_json is None:
-            return read_config(model_dir)
+            config = read_config(model_dir)
+            config.name = name  # under another name when SageMaker loaded it so
+            return config
         config = parse_config_dict(config_json, f"config override for '{name}'")
         if config.name and config.name != name:
             raise InvalidArgument(
@@ -288,7 +390,22 @@ class ModelRepository:
             await self._unload(name)
         finally:
             if self._loaded(name) != before:
-                heap.settle()
+                self._settle()
+
+    def _settle(self) -> None:
+        """Collect and freeze the heap (gateway/heap.py) after what is loaded changed: at
+        once, or on demand, where loads and evictions may come many a second, once a
+        SETTLE_EVERY_S at most (a full collection holds the event loop for tens of ms)."""
+        if self.control_mode != "on-demand":
+            heap.settle()
+        elif self._settling is None:
+            self._settling = asyncio.get_running_loop().call_later(
+                SETTLE_EVERY_S, self._settle_now
+            )
+
+    def _settle_now(self) -> None:
+        self._settling = None
+        heap.settle()
 
     def _loaded(self, name: str) -> list[int]:
         """Identities of the model's loaded versions: a load or unload that changes them
@@ -297,7 +414,7 @@ class ModelRepository:
         states = entry.versions.values() if entry is not None else []
         return [id(s.model) for s in states if s.model is not None]
 
-    async def _unload(self, name: str) -> None:
+    async def _unload(self, name: str, reason: str = "unloaded") -> None:
         entry = self.models.get(name)
         if entry is None:
             raise NotFound(f"unknown model '{name}'")
@@ -306,7 +423,7 @@ class ModelRepository:
             for state in old.values():
                 state.state = "UNLOADING"
             await self._close_versions(list(old.values()))
-            entry.versions = {v: VersionState("UNAVAILABLE", "unloaded") for v in old}
+            entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
 
     async def _close_versions(self, states: list[VersionState]) -> None:
         for state in states:
@@ -314,6 +431,7 @@ class ModelRepository:
                 model, state.model = state.model, None
                 await _drain(model)
                 await model.close()
+                self.memory.released(model.footprints)
 
     async def unload_all(self) -> None:
         # All at once: each unload mostly waits for a worker process to end.
@@ -328,7 +446,7 @@ class ModelRepository:
         on_disk = set(self.model_names_on_disk())
         for name in sorted(on_disk):
             entry = self.models.get(name)
-            if entry is None or entry.fingerprint != fingerprint(self.root / name):
+            if entry is None or entry.fingerprint != fingerprint(self._model_dir(name)):
                 try:
                     await self.load(name)
                 except GatewayError as exc:
@@ -337,6 +455,23 @@ class ModelRepository:
             if self.models[name].versions:
                 await self.unload(name)
                 del self.models[name]
+
+
+def is_pinned(config: mc.ModelConfig) -> bool:
+    """The config's `pinned` parameter: such a model is never evicted."""
+    text = string_parameter(config, "pinned")
+    if text is None:
+        return False
+    if text.strip().lower() not in ("true", "false", "1", "0"):
+        raise InvalidArgument(
+            f"model '{config.name}': parameter pinned must be true or false, not {text!r}"
+        )
+    return text.strip().lower() in ("true", "1")
+
+
+def _model_name(name: str) -> bool:
+    """A name that can only mean a directory directly under the repository."""
+    return bool(name) and "/" not in name and not name.startswith(".")
 
 
 def _check_version(version: str) -> None:

@@ -116,9 +116,9 @@ def is_loopback(host: str) -> bool:
 
 def management_enabled(model_control_mode: str, allow_shared_memory: bool) -> bool:
     """Whether any management call can change the server: load and unload only in explicit
-    mode, shared-memory registration only when allowed. Otherwise they are refused anyway,
-    and a token would guard nothing."""
-    return model_control_mode == "explicit" or allow_shared_memory
+    and on-demand modes, shared-memory registration only when allowed. Otherwise they are
+    refused anyway, and a token would guard nothing."""
+    return model_control_mode in ("explicit", "on-demand") or allow_shared_memory
 
 
 def check_management_exposure(

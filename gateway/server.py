@@ -25,6 +25,7 @@ from gateway.http.sagemaker import create_sagemaker_app
 from gateway.http.timeouts import timed_protocol
 from gateway.limits import ConnectionLimits
 from gateway.metrics import create_metrics_app
+from gateway.placement.options import MemoryOptions
 from gateway.repository import ModelRepository
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
 from gateway.security import TLSFiles, check_management_exposure, management_enabled
@@ -63,6 +64,8 @@ class ServerOptions:
     tls: TLSFiles | None = None
     # Management without the admin token on a non-loopback address, only when asked for.
     allow_unauthenticated_management: bool = False
+    # Memory budgets, load on demand and eviction (gateway/placement).
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     def check(self) -> None:
         """Raise ConfigError for options that must not start a server."""
@@ -125,6 +128,7 @@ class Gateway:
             options.max_queue_size,
             options.queue_budget_ms,
             options.backend_nice,
+            options.memory.manager(options.model_control_mode),
         )
         self.core = InferenceCore(
             self.repository, options.admin_token, options.allow_shared_memory, options.shed_lag_ms

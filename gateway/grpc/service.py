@@ -78,7 +78,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelMetadata(self, request, context):
-        data = self.core.model_metadata(request.name, request.version)
+        data = await self.core.model_metadata(request.name, request.version)
         return pb.ModelMetadataResponse(
             name=data["name"],
             versions=data["versions"],
@@ -89,7 +89,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelConfig(self, request, context):
-        config = self.core.model_config(request.name, request.version)
+        config = await self.core.model_config(request.name, request.version)
         return pb.ModelConfigResponse(config=config)
 
     @_rpc
@@ -188,7 +188,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(self, request, context):
         rows = self.core.repository_index(request.ready)
         return pb.RepositoryIndexResponse(
-            models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
+            models=[
+                pb.RepositoryIndexResponse.ModelIndex(
+                    name=row["name"], version=row["version"], state=row["state"],
+                    reason=row["reason"],
+                )  # the HTTP index's "memory" has no field here
+                for row in rows
+            ]
         )
 
     @_rpc

@@ -101,7 +101,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.get("/v2/models/{name}")
     @app.get("/v2/models/{name}/versions/{version}")
     async def model_metadata(name: str, version: str = "") -> Response:
-        return json_response(core.model_metadata(name, version))
+        return json_response(await core.model_metadata(name, version))
 
     @app.get("/v2/models/{name}/ready")
     @app.get("/v2/models/{name}/versions/{version}/ready")
@@ -114,7 +114,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.get("/v2/models/{name}/config")
     @app.get("/v2/models/{name}/versions/{version}/config")
     async def model_config(name: str, version: str = "") -> Response:
-        return json_response(config_to_json(core.model_config(name, version)))
+        return json_response(config_to_json(await core.model_config(name, version)))
 
     @app.get("/v2/models/{name}/stats")
     @app.get("/v2/models/{name}/versions/{version}/stats")

@@ -194,6 +194,15 @@ SCHEMAS: dict[str, Schema] = {
                 "version": {"type": "string"},
                 "state": {"type": "string"},
                 "reason": {"type": "string"},
+                "memory": {
+                    "description": "A loaded version's devices and bytes (gateway/placement)",
+                    "type": "object",
+                    "properties": {
+                        "devices": {"type": "array", "items": {"type": "string"}},
+                        "predicted_bytes": {"type": "integer"},
+                        "measured_bytes": {"type": ["integer", "null"]},
+                    },
+                },
             },
         },
     },

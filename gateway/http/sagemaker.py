@@ -11,7 +11,7 @@
   name), which is loaded from the repository on its first request. Without the header,
   the one model the server has ready answers.
 
-SageMaker's multi-model management routes (`/models`) are not served.
+- SageMaker's multi-model routes (`/models`, gateway/http/sagemaker_models.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import PurePosixPath
+from urllib.parse import parse_qs, unquote
+
+import orjson
 
 from accel_base.errors import InvalidArgument, NotFound, Unavailable
 from gateway.core import InferenceCore
@@ -32,6 +35,7 @@ from gateway.http.infer_route import (
     respond,
     serve_infer,
 )
+from gateway.http.sagemaker_models import SageMakerModels
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +103,31 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
 
     async def invoke(scope: Scope, receive: Receive, send: Send) -> None:
         name = await resolve_model(scope)
-        headers = dict(scope["headers"])
-        if HEADER_LENGTH_KEY not in headers and b"content-type" in headers:
-            length = binary_header_length(headers[b"content-type"].decode("latin-1"))
-            if length is not None:
-                scope = {
-                    **scope,
-                    "headers": [*scope["headers"], (HEADER_LENGTH_KEY, length.encode())],
-                }
-        await serve_infer(core, max_body_bytes, scope, receive, send, name, "")
+        await serve_infer(core, max_body_bytes, _binary_length(scope), receive, send, name, "")
+
+    models = SageMakerModels(core)
+
+    async def manage(scope: Scope, receive: Receive, send: Send) -> None:
+        """The multi-model routes (gateway/http/sagemaker_models.py)."""
+        method, path = scope["method"], scope["path"]
+        parts = path.split("/")[2:]  # after "/models"
+        if parts == [] and method == "POST":
+            answer = await models.load(receive, dict(scope["headers"]))
+        elif parts == [] and method == "GET":
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            answer = models.list({key: values[-1] for key, values in query.items()})
+        elif len(parts) == 1 and method == "GET":
+            answer = models.get(unquote(parts[0]))
+        elif len(parts) == 1 and method == "DELETE":
+            answer = await models.unload(unquote(parts[0]))
+        elif len(parts) == 2 and parts[1] == "invoke" and method == "POST":
+            name = unquote(parts[0])
+            models.get(name)  # 404 unless loaded
+            await serve_infer(core, max_body_bytes, _binary_length(scope), receive, send, name, "")
+            return
+        else:
+            raise NotFound(f"no such endpoint: {method} {path}")
+        await respond(send, 200, orjson.dumps(answer), [(b"content-type", b"application/json")])
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,11 +138,24 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
             await respond(send, status, b"", [(b"content-type", b"text/plain")])
         elif path == "/invocations" and method == "POST":
             await answer_errors(send, path, invoke(scope, receive, send))
+        elif path == "/models" or path.startswith("/models/"):
+            await answer_errors(send, path, manage(scope, receive, send))
         else:
             message = f"no such endpoint: {method} {path}; SageMaker serves GET /ping, "
-            await error(send, message + "POST /invocations", 404)
+            await error(send, message + "POST /invocations and /models", 404)
 
     return app
+
+
+def _binary_length(scope: Scope) -> Scope:
+    """The scope with Inference-Header-Content-Length taken from SageMaker's content type
+    when only that carries it."""
+    headers = dict(scope["headers"])
+    if HEADER_LENGTH_KEY not in headers and b"content-type" in headers:
+        length = binary_header_length(headers[b"content-type"].decode("latin-1"))
+        if length is not None:
+            return {**scope, "headers": [*scope["headers"], (HEADER_LENGTH_KEY, length.encode())]}
+    return scope
 
 
 def _repository_names(core: InferenceCore) -> set[str]:

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from backends.base import Device
 from gateway.gpu import GpuReading
 from gateway.metrics import render
+from gateway.placement.inventory import DeviceMemory
+from gateway.placement.manager import Footprint, MemoryManager
 from gateway.statistics import ModelStatistics
 
 
@@ -20,8 +23,14 @@ def fake_repository():
         stats=stats,
         scheduler=SimpleNamespace(pending=3),
         pool=SimpleNamespace(instances=[]),  # threads only: no worker metrics
+        footprints=[Footprint("m/1/0#0", Device("cpu"), 3000, 2500)],
     )
-    return SimpleNamespace(ready_models=lambda: [model])
+    memory = MemoryManager([DeviceMemory(Device("cpu"), 10**6, 10**6, 9000)])
+    memory.ledger.book("m/1/0#0", "m", Device("cpu"), 3000)
+    memory.stats.hits, memory.stats.misses, memory.stats.evictions = 7, 2, 1
+    memory.stats.load_seconds.observe(0.3)
+    memory.stats.load_seconds.observe(7.0)
+    return SimpleNamespace(ready_models=lambda: [model], memory=memory)
 
 
 def samples(text: str) -> dict[str, str]:
@@ -52,3 +61,20 @@ def test_gpu_gauges_when_a_gpu_is_there():
     assert values['nv_gpu_utilization{gpu_uuid="GPU-1234"}'] == "0.5"
     assert values['nv_gpu_memory_total_bytes{gpu_uuid="GPU-1234"}'] == str(80 * 2**30)
     assert values['nv_gpu_memory_used_bytes{gpu_uuid="GPU-1234"}'] == str(2**30)
+
+
+def test_memory_budgets_footprints_loads_and_evictions():
+    values = samples(render(fake_repository(), read_gpus=list))
+    assert values['accel_gateway_memory_budget_bytes{device="cpu"}'] == "9000"
+    assert values['accel_gateway_memory_booked_bytes{device="cpu"}'] == "3000"
+    where = 'model="m",version="1",device="cpu"'
+    assert values[f"accel_gateway_model_memory_predicted_bytes{{{where}}}"] == "3000"
+    assert values[f"accel_gateway_model_memory_measured_bytes{{{where}}}"] == "2500"
+    assert values["accel_gateway_model_cache_hits"] == "7"
+    assert values["accel_gateway_model_cache_misses"] == "2"
+    assert values["accel_gateway_model_evictions"] == "1"
+    assert values['accel_gateway_model_load_duration_seconds_bucket{le="0.5"}'] == "1"
+    assert values['accel_gateway_model_load_duration_seconds_bucket{le="5"}'] == "1"
+    assert values['accel_gateway_model_load_duration_seconds_bucket{le="10"}'] == "2"
+    assert values['accel_gateway_model_load_duration_seconds_bucket{le="+Inf"}'] == "2"
+    assert values["accel_gateway_model_load_duration_seconds_count"] == "2"

@@ -1,0 +1,117 @@
+"""The devices models are placed on, with the memory each has and what models may book.
+
+The CPU is a device too: its memory is the host's, available at start, no more than the
+cgroup's memory limit leaves. Each GPU's comes from NVML (gateway/gpu.py). A device's
+budget is `--host-memory-budget` or `--gpu-memory-budget` of its free memory (a fraction,
+or bytes), less `--memory-reserve` of that for what footprints do not show: activations
+of batches larger than warm-up's, allocator fragmentation, the workers' own interpreters.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from accel_base.cpu import CGROUP_ROOT, PROC_CGROUP, with_ancestors
+from backends.base import Device
+from gateway.gpu import GpuReading, read_gpus
+from gateway.placement.sizes import Budget, format_bytes
+
+log = logging.getLogger(__name__)
+
+CPU = Device("cpu")
+DEFAULT_HOST_BUDGET = Budget(fraction=0.8)
+DEFAULT_GPU_BUDGET = Budget(fraction=0.9)
+DEFAULT_RESERVE = 0.1  # of each budget, kept free
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    device: Device
+    total_bytes: int
+    free_bytes: int  # at start
+    budget_bytes: int  # what model instances may book on it
+
+    def describe(self) -> str:
+        return (
+            f"{self.device}: {format_bytes(self.total_bytes)} in all, "
+            f"{format_bytes(self.free_bytes)} free, budget {format_bytes(self.budget_bytes)}"
+        )
+
+
+def host_memory(
+    meminfo: Path = Path("/proc/meminfo"),
+    cgroup_root: Path = CGROUP_ROOT,
+    proc_cgroup: Path = PROC_CGROUP,
+) -> tuple[int, int]:
+    """(total, available) bytes of host memory for this process: /proc/meminfo's, capped
+    by the strictest cgroup memory limit (v2 memory.max, v1 memory.limit_in_bytes) less
+    what that cgroup already uses."""
+    fields = {}
+    for line in meminfo.read_text().splitlines():
+        key, _, rest = line.partition(":")
+        fields[key] = int(rest.split()[0]) * 1024
+    total = fields["MemTotal"]
+    available = fields.get("MemAvailable", fields.get("MemFree", 0))
+    for limit, usage in _cgroup_limits(cgroup_root, proc_cgroup):
+        total = min(total, limit)
+        available = min(available, max(limit - usage, 0))
+    return total, available
+
+
+def _cgroup_limits(cgroup_root: Path, proc_cgroup: Path) -> list[tuple[int, int]]:
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            files, mounts = ("memory.max", "memory.current"), [cgroup_root, cgroup_root / "unified"]
+        elif "memory" in controllers.split(","):
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+            mounts = [cgroup_root / "memory"]
+        else:
+            continue
+        for mount in mounts:
+            for directory in with_ancestors(mount, path):
+                try:
+                    limit_text = (directory / files[0]).read_text().strip()
+                    usage = int((directory / files[1]).read_text())
+                except (OSError, ValueError):
+                    continue
+                # v2 says "max"; v1 says a huge number, past any real memory.
+                if limit_text.isdigit() and int(limit_text) < 2**60:
+                    found.append((int(limit_text), usage))
+    return found
+
+
+def read_inventory(
+    host_budget: Budget = DEFAULT_HOST_BUDGET,
+    gpu_budget: Budget = DEFAULT_GPU_BUDGET,
+    reserve: float = DEFAULT_RESERVE,
+    host: Callable[[], tuple[int, int]] = host_memory,
+    gpus: Callable[[], list[GpuReading]] = read_gpus,
+) -> list[DeviceMemory]:
+    """The CPU, then every GPU NVML sees, each with its budget."""
+    total, available = host()
+    devices = [_device(CPU, total, available, host_budget, reserve)]
+    for reading in gpus():
+        free = reading.memory_total_bytes - reading.memory_used_bytes
+        device = Device("gpu", reading.index)
+        devices.append(_device(device, reading.memory_total_bytes, free, gpu_budget, reserve))
+    return devices
+
+
+def _device(device: Device, total: int, free: int, budget: Budget, reserve: float) -> DeviceMemory:
+    share = budget.of(free)
+    if share > free:
+        log.warning(
+            "%s: the memory budget %s is more than the %s free now; models may not fit",
+            device, format_bytes(share), format_bytes(free),
+        )  # fmt: skip
+    return DeviceMemory(device, total, free, int(share * (1 - reserve)))

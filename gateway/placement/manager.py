@@ -1,0 +1,266 @@
+"""Loads placed by bytes: where each instance goes, what must be evicted first, what it
+measured, and (in on-demand mode) the one load that a model's first requests share.
+
+The repository hands every version load to `MemoryManager.load`, which books each
+instance on a device (ledger.py), evicts the least recently used idle models when the
+control mode allows (on-demand), loads and warms the version up, and books what it
+measured. A version that measures past its device's budget makes more room, or, where
+nothing may be evicted, is unloaded again with the sizes in the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel_base.errors import GatewayError, Unavailable
+from backends.base import Device
+from gateway.gpu import process_gpu_bytes
+from gateway.placement.footprint import resident_bytes
+from gateway.placement.inventory import DeviceMemory
+from gateway.placement.ledger import Candidate, Ledger, NoRoom
+from gateway.placement.sizes import format_bytes
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOAD_TIMEOUT_S = 120.0
+DEFAULT_LOAD_CONCURRENCY = 2  # loads at once per device
+# Upper bounds of the load-duration and eviction-age histograms, in seconds.
+LOAD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+AGE_SECONDS_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
+
+
+@dataclass(slots=True)
+class Footprint:
+    """One instance's place and bytes, as the index and the metrics show them."""
+
+    key: str  # the ledger's booking
+    device: Device
+    predicted: int
+    measured: int | None = None
+
+
+class Histogram:
+    """Counts of observations per bucket (upper bounds; one more for the rest) and their sum."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        index = next((i for i, bound in enumerate(self.bounds) if value <= bound), -1)
+        self.counts[index] += 1
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(slots=True)
+class CacheStats:
+    loads: int = 0
+    load_failures: int = 0
+    hits: int = 0  # requests that found their model loaded
+    misses: int = 0  # requests that waited for a load
+    wait_s: float = 0.0  # their time waiting, in all
+    evictions: int = 0
+    load_seconds: Histogram = field(default_factory=lambda: Histogram(LOAD_SECONDS_BUCKETS))
+    # Seconds since the evicted model loaded.
+    eviction_ages: Histogram = field(default_factory=lambda: Histogram(AGE_SECONDS_BUCKETS))
+
+
+class MemoryManager:
+    def __init__(
+        self,
+        devices: list[DeviceMemory],
+        evicts: bool = False,
+        load_concurrency: int = DEFAULT_LOAD_CONCURRENCY,
+        load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
+        pinned: frozenset[str] = frozenset(),
+    ) -> None:
+        self.ledger = Ledger(devices)
+        self.evicts = evicts
+        self.load_timeout_s = load_timeout_s
+        self.pinned = pinned
+        self.stats = CacheStats()
+        self._load_slots = {d.device: asyncio.Semaphore(load_concurrency) for d in devices}
+        self._placing = asyncio.Lock()  # one placement decision (and its evictions) at a time
+        self._thread_loads = asyncio.Lock()  # one at a time, so RSS growth is theirs
+        self._generation = itertools.count()
+        self._first_loads: dict[str, asyncio.Future] = {}
+        self.loaded_at: dict[str, float] = {}  # model -> when its newest version loaded
+
+    # ---- loading a version -----------------------------------------------------------
+
+    async def load(
+        self,
+        name: str,
+        version: int,
+        slots: list[Any],
+        load: Callable[[list[Device]], Any],
+        candidates: Callable[[str], list[Candidate]],
+        evict: Callable[[str], Awaitable[None]],
+    ) -> Any:
+        """Place, load (`load(devices)`, blocking, on a thread), warm up and measure one
+        version; returns the loaded ModelVersion with its footprints."""
+        generation = next(self._generation)
+        footprints: list[Footprint] = []
+        try:
+            async with self._placing:
+                for index, slot in enumerate(slots):
+                    choices = candidates(name) if self.evicts else []
+                    placement = self.ledger.place(name, slot.predicted, list(slot.allowed), choices)
+                    for victim in placement.evict:
+                        await self._evict(victim, evict)
+                    key = f"{name}/{version}/{index}#{generation}"
+                    self.ledger.book(key, name, placement.device, slot.predicted)
+                    footprints.append(Footprint(key, placement.device, slot.predicted))
+            devices = [f.device for f in footprints]
+            began = time.monotonic()
+            model = await self._load_and_measure(slots, devices, load, footprints)
+            model.footprints = footprints
+            try:
+                await self._settle(name, footprints, candidates, evict)
+            except BaseException:
+                await model.close()
+                raise
+        except BaseException:
+            self.stats.load_failures += 1
+            for footprint in footprints:
+                self.ledger.release(footprint.key)
+            raise
+        self.stats.loads += 1
+        self.stats.load_seconds.observe(time.monotonic() - began)
+        self.loaded_at[name] = time.monotonic()
+        return model
+
+    async def _load_and_measure(
+        self,
+        slots: list[Any],
+        devices: list[Device],
+        load: Callable[[list[Device]], Any],
+        footprints: list[Footprint],
+    ) -> Any:
+        threads = [i for i, slot in enumerate(slots) if not slot.in_worker]
+        async with contextlib.AsyncExitStack() as stack:
+            for device in sorted(set(devices), key=str):
+                await stack.enter_async_context(self._load_slots[device])
+            if threads:
+                await stack.enter_async_context(self._thread_loads)
+            before = resident_bytes()
+            model = await asyncio.to_thread(load, devices)
+            try:
+                model.attach()
+                try:
+                    await model.warm_up()
+                except GatewayError as exc:  # measured without it; the model may still serve
+                    log.warning("model '%s': the warm-up batch failed: %s", model.name, exc.message)
+                grown = max(resident_bytes() - before, 0)
+            except BaseException:
+                await model.close()
+                raise
+        instances = model.pool.instances
+        for index, (instance, footprint) in enumerate(zip(instances, footprints, strict=True)):
+            if index in threads:
+                footprint.measured = grown // len(threads)
+            else:
+                footprint.measured = _worker_bytes(instance, footprint.device)
+        return model
+
+    async def _settle(
+        self,
+        name: str,
+        footprints: list[Footprint],
+        candidates: Callable[[str], list[Candidate]],
+        evict: Callable[[str], Awaitable[None]],
+    ) -> None:
+        """Book what was measured; past a budget, evict more or give up with the sizes."""
+        async with self._placing:
+            for footprint in footprints:
+                if footprint.measured is None:
+                    continue
+                over = self.ledger.measure(footprint.key, footprint.measured)
+                if not over:
+                    continue
+                victims = None
+                if self.evicts:
+                    victims = self.ledger.evictions(footprint.device, 0, candidates(name))
+                if victims is None:
+                    budget = self.ledger.devices[footprint.device].budget_bytes
+                    raise NoRoom(
+                        f"model '{name}' does not fit: an instance measured "
+                        f"{format_bytes(footprint.measured)} on {footprint.device} after its "
+                        f"warm-up (predicted {format_bytes(footprint.predicted)}), "
+                        f"{format_bytes(over)} past the device's budget of "
+                        f"{format_bytes(budget)}; set its memory_bytes parameter, or raise "
+                        "the budget"
+                    )
+                for victim in victims:
+                    await self._evict(victim, evict)
+
+    async def _evict(self, victim: str, evict: Callable[[str], Awaitable[None]]) -> None:
+        log.info("evicting model '%s' to make room", victim)
+        loaded = self.loaded_at.pop(victim, None)
+        await evict(victim)
+        self.ledger.release_model(victim)
+        self.stats.evictions += 1
+        if loaded is not None:
+            self.stats.eviction_ages.observe(time.monotonic() - loaded)
+
+    def released(self, footprints: list[Footprint]) -> None:
+        """A version was unloaded: its bytes are free again."""
+        for footprint in footprints:
+            self.ledger.release(footprint.key)
+
+    # ---- on demand -------------------------------------------------------------------
+
+    async def first_load(self, name: str, load: Callable[[], Awaitable[None]]) -> None:
+        """Wait for the model's load, starting it unless one is under way: concurrent
+        first requests share one load. 503 past --model-load-timeout (the load goes on)."""
+        began = time.monotonic()
+        future = self._first_loads.get(name)
+        if future is None:
+            future = asyncio.ensure_future(load())
+            self._first_loads[name] = future
+            future.add_done_callback(lambda _: self._first_loads.pop(name, None))
+        self.stats.misses += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.load_timeout_s)
+        except TimeoutError:
+            raise Unavailable(
+                f"model '{name}' is still loading after {self.load_timeout_s:g} s "
+                "(--model-load-timeout); retry shortly"
+            ) from None
+        finally:
+            self.stats.wait_s += time.monotonic() - began
+
+
+def memory_summary(footprints: list[Footprint]) -> dict[str, Any]:
+    """A loaded version's bytes as the repository index shows them: predicted and
+    measured side by side, so that the prediction's error is visible."""
+    measured = [f.measured for f in footprints]
+    return {
+        "devices": [str(f.device) for f in footprints],
+        "predicted_bytes": sum(f.predicted for f in footprints),
+        "measured_bytes": None if None in measured else sum(m or 0 for m in measured),
+    }
+
+
+def _worker_bytes(instance: Any, device: Device) -> int | None:
+    """A worker's own footprint: its peak resident memory, or on a GPU what NVML counts
+    for it; None if it cannot be read."""
+    worker = getattr(instance, "worker", None)
+    if worker is None:
+        return None
+    if device.kind == "gpu":
+        used = process_gpu_bytes(worker.pid)
+        return used if used else instance.loaded.memory_bytes or None
+    return resident_bytes(worker.pid, peak=True) or None

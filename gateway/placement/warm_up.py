@@ -1,0 +1,33 @@
+"""The batch a freshly loaded model runs once before it serves: the largest it will see.
+
+Frameworks allocate much of their memory on the first run (ONNX Runtime's arenas, a
+compiled graph's buffers), and the largest batch allocates the most, so the footprint
+measured after this run is the one placement must count on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accel_base.datatypes import NUMPY_DTYPES, v2_datatype
+from accel_base.proto import model_config_pb2 as mc
+
+
+def warm_up_inputs(
+    config: mc.ModelConfig, allowed_batch_sizes: tuple[int, ...] | None = None
+) -> dict[str, np.ndarray]:
+    """Zeros (empty strings for BYTES) for every input the config declares, at the
+    largest batch (the largest a compiled backend allows, if smaller); a dimension of any
+    size (-1) is 1."""
+    rows: list[int] = []
+    if config.max_batch_size > 0:
+        rows = [max(allowed_batch_sizes) if allowed_batch_sizes else config.max_batch_size]
+    feed = {}
+    for tensor in config.input:
+        shape = tuple(rows + [d if d >= 0 else 1 for d in tensor.dims])
+        datatype = v2_datatype(tensor.data_type)
+        if datatype == "BYTES":
+            feed[tensor.name] = np.full(shape, b"", dtype=object)
+        else:
+            feed[tensor.name] = np.zeros(shape, dtype=NUMPY_DTYPES[datatype])
+    return feed

@@ -1,0 +1,100 @@
+"""SageMaker's multi-model routes (/models) against a real server: load from a directory
+inside the repository under an opaque name, list with pages, describe, invoke, unload;
+409 for a second load, 507 when the model does not fit, 400/404 for bad paths."""
+
+from __future__ import annotations
+
+import shutil
+
+import httpx
+import numpy as np
+import pytest
+
+from gateway.launch import free_port
+from models.digits import held_out
+
+
+@pytest.fixture
+def mme_repository(example_repository, tmp_path):
+    """SageMaker's layout: /opt/ml/models/<hash>/model/<Triton model directory>."""
+    root = tmp_path / "ml-models"
+    for key, name in (("a1b2", "digits"), ("c3d4", "simple")):
+        shutil.copytree(example_repository / name, root / key / "model" / name)
+    return root
+
+
+def endpoint(server_factory, repository, *args: str) -> httpx.Client:
+    port = free_port()
+    server_factory(
+        repository, "--model-control-mode", "explicit", "--sagemaker", "--sagemaker-port",
+        str(port), *args,
+    )  # fmt: skip
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+
+def digits_body(rows: int = 2) -> dict:
+    images = held_out()[0][:rows]
+    return {"inputs": [{"name": "pixels", "shape": list(images.shape), "datatype": "FP32",
+                        "data": images.ravel().tolist()}]}  # fmt: skip
+
+
+def test_load_list_describe_invoke_and_unload(mme_repository, server_factory):
+    with endpoint(server_factory, mme_repository) as client:
+        url = str(mme_repository / "a1b2" / "model")
+        loaded = client.post("/models", json={"model_name": "a1b2", "url": url})
+        assert loaded.status_code == 200, loaded.text
+        again = client.post("/models", json={"model_name": "a1b2", "url": url})
+        assert again.status_code == 409 and "already loaded" in again.json()["error"]
+        assert client.get("/models").json() == {"models": [{"modelName": "a1b2", "modelUrl": url}]}
+        assert client.get("/models/a1b2").json() == {"modelName": "a1b2", "modelUrl": url}
+        reply = client.post("/models/a1b2/invoke", json=digits_body())
+        assert reply.status_code == 200, reply.text
+        [output] = reply.json()["outputs"]
+        assert output["name"] == "probabilities" and output["shape"] == [2, 10]
+        assert np.allclose(np.reshape(output["data"], (2, 10)).sum(axis=1), 1, atol=1e-5)
+        assert client.delete("/models/a1b2").status_code == 200
+        assert client.get("/models/a1b2").status_code == 404
+        assert client.delete("/models/a1b2").status_code == 404
+        assert client.post("/models/a1b2/invoke", json=digits_body()).status_code == 404
+
+
+def test_pages_of_loaded_models(mme_repository, server_factory):
+    with endpoint(server_factory, mme_repository) as client:
+        for key in ("a1b2", "c3d4"):
+            url = str(mme_repository / key / "model")
+            assert client.post("/models", json={"model_name": key, "url": url}).status_code == 200
+        first = client.get("/models", params={"max_results": 1}).json()
+        assert [m["modelName"] for m in first["models"]] == ["a1b2"]
+        second = client.get(
+            "/models", params={"max_results": 1, "next_page_token": first["nextPageToken"]}
+        ).json()
+        assert [m["modelName"] for m in second["models"]] == ["c3d4"]
+        assert "nextPageToken" not in second
+        assert client.get("/models", params={"max_results": "x"}).status_code == 400
+
+
+def test_a_model_that_does_not_fit_is_507_with_the_sizes(mme_repository, server_factory):
+    with endpoint(server_factory, mme_repository, "--host-memory-budget", "1000") as client:
+        url = str(mme_repository / "a1b2" / "model")
+        reply = client.post("/models", json={"model_name": "a1b2", "url": url})
+        assert reply.status_code == 507, reply.text
+        assert "does not fit" in reply.json()["error"] and "budget" in reply.json()["error"]
+        assert client.get("/models").json() == {"models": []}
+
+
+def test_bad_loads_are_4xx(mme_repository, server_factory, tmp_path):
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(mme_repository / "a1b2", outside)
+    with endpoint(server_factory, mme_repository) as client:
+        for body, status, words in (
+            ({"model_name": "x", "url": str(outside / "model")}, 400, "inside the model repository"),
+            ({"model_name": "x", "url": str(mme_repository / "nope")}, 404, "no directory"),
+            ({"model_name": "x", "url": str(mme_repository)}, 400, "exactly one"),
+            ({"model_name": "../x", "url": str(mme_repository / "a1b2")}, 400, "model_name"),
+            ({"url": str(mme_repository / "a1b2")}, 400, "model_name"),
+            ({"model_name": "x", "url": 3}, 400, "url"),
+        ):
+            reply = client.post("/models", json=body)
+            assert reply.status_code == status, (body, reply.text)
+            assert words in reply.json()["error"]
+        assert client.post("/models", content=b"{").status_code == 400

@@ -1,0 +1,151 @@
+"""On-demand loading and eviction through the server's core, with real (tiny) models over
+a fake inventory: one load per model however many requests wait for it, the least
+recently used idle model evicted, pinned and busy models kept, the budget never passed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+from accel_base.errors import Unavailable
+from backends.base import Device
+from gateway.inference import InferRequest, Tensor
+from gateway.placement.ledger import NoRoom
+
+CPU = Device("cpu")
+MB = 10**6
+
+
+def sized(mb: int, extra: str = "") -> str:
+    """Config text: the model's instance takes `mb` megabytes, and `extra`."""
+    return f'parameters {{ key: "memory_bytes" value: {{ string_value: "{mb}MB" }} }}\n{extra}'
+
+
+def request(model: str, value: int = 7) -> InferRequest:
+    return InferRequest(model, inputs=[Tensor("INPUT0", "INT32", np.full((1, 3), value, np.int32))])
+
+
+def states(core) -> dict[str, str]:
+    return {row["name"]: row["state"] for row in core.repository_index()}
+
+
+def test_fifty_concurrent_first_requests_share_one_load(models_dir, on_demand):
+    core = on_demand(models_dir({"m": sized(100)}), budget_mb=1000)
+    assert states(core) == {"m": "UNAVAILABLE"}
+    assert "loads on its first request" in core.repository_index()[0]["reason"]
+
+    async def scenario():
+        return await asyncio.gather(*(core.infer(request("m", v)) for v in range(50)))
+
+    answers = asyncio.run(scenario())
+    for value, answer in enumerate(answers):
+        np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 3), value))
+    stats = core.repository.memory.stats
+    assert stats.loads == 1 and stats.misses == 50
+    (row,) = core.repository_index()
+    assert row["state"] == "READY"
+    assert row["memory"]["predicted_bytes"] == 100 * MB
+    assert row["memory"]["devices"] == ["cpu"]
+    assert row["memory"]["measured_bytes"] is not None  # RSS growth of a thread instance
+
+
+def test_the_least_recently_used_idle_model_is_evicted_and_reloads_on_its_next_request(
+    models_dir, on_demand
+):
+    root = models_dir({name: sized(100) for name in ("a", "b", "c", "d")})
+    core = on_demand(root, budget_mb=300)  # room for three
+
+    async def scenario():
+        for name in ("a", "b", "c"):
+            await core.infer(request(name))
+        await core.infer(request("a"))  # a is used again: b is now the oldest
+        await core.infer(request("d"))
+        assert states(core) == {"a": "READY", "b": "UNAVAILABLE", "c": "READY", "d": "READY"}
+        evicted = next(r for r in core.repository_index() if r["name"] == "b")
+        assert "evicted" in evicted["reason"]
+        await core.infer(request("b"))  # comes back, and c (now the oldest) goes
+        assert states(core)["c"] == "UNAVAILABLE"
+
+    asyncio.run(scenario())
+    assert core.repository.memory.stats.evictions == 2
+    assert core.repository.memory.ledger.used(CPU) <= 300 * MB
+
+
+def test_pinned_models_load_at_start_and_are_never_evicted(models_dir, on_demand):
+    pinned = sized(100, 'parameters { key: "pinned" value: { string_value: "true" } }')
+    root = models_dir({"p": pinned, "x": sized(100), "y": sized(100), "z": sized(200)})
+    core = on_demand(root, budget_mb=250)
+
+    async def scenario():
+        await core.repository.load_startup_models([])
+        assert states(core)["p"] == "READY"
+        await core.infer(request("x"))
+        await core.infer(request("y"))  # p is the oldest, but pinned: x goes
+        assert states(core) == {"p": "READY", "x": "UNAVAILABLE", "y": "READY",
+                                "z": "UNAVAILABLE"}  # fmt: skip
+        with pytest.raises(NoRoom, match="needs 190.7 MiB; cpu: 47.7 MiB free"):
+            await core.infer(request("z"))  # y's place and the free 50 MB are not enough
+
+    asyncio.run(scenario())
+
+
+def test_a_model_with_a_request_in_flight_is_not_evicted(models_dir, on_demand):
+    # b's batch window holds its request for a second, so it is busy meanwhile.
+    slow = sized(100, "dynamic_batching { max_queue_delay_microseconds: 1000000 "
+                 "preferred_batch_size: [ 8 ] }")  # fmt: skip
+    core = on_demand(models_dir({"a": sized(100), "b": slow, "c": sized(100)}), budget_mb=200)
+
+    async def scenario():
+        await core.infer(request("b"))
+        await core.infer(request("a"))  # b is the least recently used
+        waiting = asyncio.ensure_future(core.infer(request("b", 5)))
+        await asyncio.sleep(0.1)
+        await core.infer(request("c"))  # b is busy: a goes though it is newer
+        assert states(core) == {"a": "UNAVAILABLE", "b": "READY", "c": "READY"}
+        answer = await waiting
+        np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 3), 5))
+
+    asyncio.run(scenario())
+
+
+def test_a_request_waiting_past_the_load_timeout_gets_503_while_the_load_goes_on(
+    models_dir, on_demand
+):
+    core = on_demand(models_dir({"m": sized(100)}), budget_mb=1000, load_timeout_s=0.001)
+
+    async def scenario():
+        with pytest.raises(Unavailable, match="still loading after 0.001 s"):
+            await core.infer(request("m"))
+        for _ in range(500):  # the load finishes on its own
+            if states(core)["m"] == "READY":
+                break
+            await asyncio.sleep(0.01)
+        await core.infer(request("m"))
+
+    asyncio.run(scenario())
+    assert core.repository.memory.stats.loads == 1
+
+
+def test_the_budget_holds_over_a_thousand_random_requests_to_twenty_models(models_dir, on_demand):
+    sizes = {f"m{i:02}": 50 + 10 * (i % 7) for i in range(20)}
+    budget_mb = 400
+    core = on_demand(models_dir({n: sized(mb) for n, mb in sizes.items()}), budget_mb=budget_mb)
+    ledger = core.repository.memory.ledger
+    rng = random.Random(20261125)
+    names = sorted(sizes)
+    weights = [1 / (rank + 1) for rank in range(len(names))]  # Zipf-like popularity
+
+    async def scenario():
+        for step in range(250):  # four at once, a thousand in all
+            batch = rng.choices(names, weights, k=4)
+            await asyncio.gather(*(core.infer(request(name, step)) for name in batch))
+            assert ledger.used(CPU) <= budget_mb * MB, f"past the budget at step {step}"
+            loaded = [r["name"] for r in core.repository_index() if r["state"] == "READY"]
+            assert sum(sizes[n] for n in loaded) <= budget_mb
+
+    asyncio.run(scenario())
+    stats = core.repository.memory.stats
+    assert stats.evictions > 0 and stats.hits > 0 and stats.load_failures == 0
