@@ -5,11 +5,15 @@
 One gateway pinned to one core serves `mlp` (784 -> 1024 -> 1024 -> 10, dynamic
 batching). Saturation is measured first, with the same mix: closed loops of 16 HTTP
 connections and 16 gRPC callers at once. Then half of each protocol's share is offered,
-open loop (HTTP with binary tensors, gRPC unary calls), from the other core. Reported per
+open loop, from the other core: HTTP with binary tensors from this process, gRPC unary
+calls from Triton's perf_analyzer at a constant request rate, a minute a measurement
+window (with a Python grpc.aio client on the same core, the gRPC p99 swung between
+5.6 and 17 ms from minute to minute, rising with the minutes the client itself ran
+late). Reported per
 minute: requests, errors and p99 for each protocol, the server's resident memory (its
-own process; instances here are threads), the requests the generator sent over 10 ms
-late (its own pauses, which turn into bursts), and the share of the server's core the
-hypervisor stole. Goals (issue 12): zero errors, resident memory growing under 5% from
+own process; instances here are threads), the requests the HTTP generator sent over 10
+ms late (its own pauses, which turn into bursts), and the share of the server's core
+the hypervisor stole. Goals (issue 12): zero errors, resident memory growing under 5% from
 the end of the first minute to the end, every minute's p99 within 2x of the first
 minute's."""
 
@@ -19,6 +23,8 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -29,7 +35,7 @@ import numpy as np
 
 from benchmarks.open_loop import closed_loop, no_collector_pauses, offer
 from benchmarks.overload import p99_ms, request_bytes
-from benchmarks.perf import pin_to
+from benchmarks.perf import PERF_ANALYZER, pin_to
 from gateway.launch import start_gateway
 from gateway.proto import grpc_service_pb2 as pb
 from gateway.proto import grpc_service_pb2_grpc as pb_grpc
@@ -91,45 +97,29 @@ async def mixed_saturation(http_port: int, grpc_url: str, seconds: float) -> tup
     return http, grpc_rate
 
 
-async def grpc_minute(
-    url: str, rate: float, seconds: float
-) -> tuple[list[float], Counter[str], int]:
-    """Open loop of unary ModelInfer calls; (latencies of successes, failures by code,
-    calls sent late)."""
-    async with grpc.aio.insecure_channel(url) as channel:
-        stub = pb_grpc.GRPCInferenceServiceStub(channel)
-        request = grpc_request()
-        latencies: list[float] = []
-        failures: Counter[str] = Counter()
-
-        async def one() -> None:
-            began = time.monotonic()
-            try:
-                await stub.ModelInfer(request, timeout=10)
-                latencies.append(time.monotonic() - began)
-            except grpc.aio.AioRpcError as exc:
-                failures[f"gRPC {exc.code().name}"] += 1
-
-        tasks, late = [], 0
-        start, total = time.monotonic(), int(rate * seconds)
-        while len(tasks) < total:
-            now = time.monotonic()
-            due = min(int((now - start) * rate) + 1, total)
-            late += sum(now - start - i / rate > LATE_S for i in range(len(tasks), due))
-            tasks += [asyncio.ensure_future(one()) for _ in range(due - len(tasks))]
-            await asyncio.sleep(0.001)
-        await asyncio.gather(*tasks)
-        return latencies, failures, late
+_PASS = re.compile(r"Pass \[(\d+)\] throughput: ([\d.]+) infer/sec\. p99 latency: (\d+) usec")
 
 
-async def mixed_minute(
-    http_port: int, grpc_url: str, http_rate: float, grpc_rate: float, seconds: float
-):
-    http_run, grpc_result = await asyncio.gather(
-        offer("127.0.0.1", http_port, request_bytes(http_port, MODEL), http_rate, seconds),
-        grpc_minute(grpc_url, grpc_rate, seconds),
-    )
-    return http_run, grpc_result
+def start_grpc_load(url: str, rate: float, minutes: int) -> subprocess.Popen:
+    """perf_analyzer offering `rate` gRPC calls a second, one measurement window a minute,
+    `minutes` of them (the stability check never passes, so it runs them all)."""
+    if not PERF_ANALYZER.exists():
+        raise SystemExit(f"perf_analyzer is not installed at {PERF_ANALYZER}; run scripts/test")
+    command = [
+        str(PERF_ANALYZER), "-m", MODEL, "-u", url, "-i", "grpc", "-v", "--async",
+        "--request-rate-range", f"{rate:.0f}", "--request-distribution", "constant",
+        "--measurement-interval", "60000", "--max-trials", str(minutes),
+        "--stability-percentage", "0.0001", "--percentile", "99",
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def grpc_minutes(load: subprocess.Popen) -> tuple[list[tuple[float, float]], list[str]]:
+    """Each window's (calls a second, p99 ms), and perf_analyzer's error lines."""
+    output, _ = load.communicate(timeout=120)
+    windows = [(float(m[2]), int(m[3]) / 1e3) for m in _PASS.finditer(output)]
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    return windows, errors
 
 
 def main() -> None:
@@ -163,34 +153,44 @@ def main() -> None:
             print(f"saturation {http_sat + grpc_sat:,.0f}/s ({http_sat:,.0f} HTTP + "
                   f"{grpc_sat:,.0f} gRPC); offering half: {http_rate:,.0f} + "
                   f"{grpc_rate:,.0f}/s")  # fmt: skip
-            print("minute  http p99 ms  grpc p99 ms  requests  errors  RSS MiB  sent late  steal %")
-            first_p99, first_rss, worst = None, None, 0.0
+            grpc_load = start_grpc_load(server.grpc_url, grpc_rate, args.minutes)
+            minutes = []  # (HTTP p99 ms, requests, errors, RSS MiB, sent late, steal %)
             errors: Counter[str] = Counter()
-            for minute in range(1, args.minutes + 1):
-                stolen = steal_ticks(args.server_core)
-                with no_collector_pauses():
-                    http_run, (grpc_ok, grpc_failed, grpc_late) = asyncio.run(
-                        mixed_minute(server.http_port, server.grpc_url, http_rate, grpc_rate, 60.0)
+            try:
+                for _ in range(args.minutes):
+                    stolen = steal_ticks(args.server_core)
+                    request = request_bytes(server.http_port, MODEL)
+                    with no_collector_pauses():
+                        run = asyncio.run(offer("127.0.0.1", server.http_port, request,
+                                                http_rate, 60.0))  # fmt: skip
+                    steal = 100 * (steal_ticks(args.server_core) - stolen) / TICKS_PER_S / 60.0
+                    failures = Counter(
+                        f"HTTP {o.status or 'unanswered'}" for o in run.outcomes if o.status != 200
                     )
-                steal = 100 * (steal_ticks(args.server_core) - stolen) / TICKS_PER_S / 60.0
-                http_ok = [o.latency_s for o in http_run.outcomes if o.status == 200]
-                failures = grpc_failed + Counter(
-                    f"HTTP {o.status or 'unanswered'}" for o in http_run.outcomes if o.status != 200
-                )
-                failed = sum(failures.values())
-                errors += failures
-                p99s = (p99_ms(http_ok), p99_ms(grpc_ok))
-                rss = rss_mib(pid)
-                first_p99 = first_p99 or p99s
-                first_rss = first_rss or rss
-                count = len(http_run.outcomes) + len(grpc_ok) + sum(grpc_failed.values())
-                late = http_run.late_sends + grpc_late
-                print(f"{minute:>6}  {p99s[0]:>11.2f}  {p99s[1]:>11.2f}  {count:>8}  "
-                      f"{failed:>6}  {rss:>7.1f}  {late:>9}  {steal:>7.1f}")  # fmt: skip
-                worst = max(worst, *(p / f for p, f in zip(p99s, first_p99, strict=True)))
-                del http_run, grpc_ok  # not alive through the next minute's collections
+                    errors += failures
+                    ok = [o.latency_s for o in run.outcomes if o.status == 200]
+                    minutes.append((p99_ms(ok), len(run.outcomes), sum(failures.values()),
+                                    rss_mib(pid), run.late_sends, steal))  # fmt: skip
+                    del run, ok  # not alive through the next minute's collections
+            finally:
+                windows, grpc_errors = grpc_minutes(grpc_load)
+            if grpc_load.returncode != 0 and len(windows) < args.minutes:
+                errors["gRPC (perf_analyzer stopped)"] += 1
+            errors["gRPC"] += len(grpc_errors)
+            print("minute  http p99 ms  grpc p99 ms  http requests  grpc calls/s  errors  "
+                  "RSS MiB  sent late  steal %")  # fmt: skip
+            worst = 0.0
+            for minute, (http_p99, count, failed, rss, late, steal) in enumerate(minutes):
+                grpc_rate_seen, grpc_p99 = windows[minute] if minute < len(windows) else (0, 0)
+                first = (minutes[0][0], windows[0][1] if windows else float("nan"))
+                worst = max(worst, http_p99 / first[0], grpc_p99 / first[1])
+                print(f"{minute + 1:>6}  {http_p99:>11.2f}  {grpc_p99:>11.2f}  {count:>13}  "
+                      f"{grpc_rate_seen:>12.0f}  {failed:>6}  {rss:>7.1f}  {late:>9}  "
+                      f"{steal:>7.1f}")  # fmt: skip
+            for line in grpc_errors[:5]:
+                print(f"  perf_analyzer: {line}")
             kinds = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common()) or "none"
-            growth = 100 * (rss / first_rss - 1)
+            growth = 100 * (minutes[-1][3] / minutes[0][3] - 1)
             print(f"errors {sum(errors.values())} ({kinds}; goal 0); RSS {growth:+.1f}% after "
                   f"the first minute (goal < 5%); worst minute's p99 {worst:.2f}x the first's "
                   "(goal <= 2)")  # fmt: skip
