@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="model to load at start in explicit mode ('*' for all); repeatable",
+        help="model to load at start in explicit and on-demand modes ('*' for all); "
+        "repeatable",
     )
     serve.add_argument(
         "--repository-poll-secs",

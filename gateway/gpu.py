@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -12,6 +13,26 @@ class GpuReading:
     utilization: float  # 0..1, as Triton's nv_gpu_utilization
     memory_total_bytes: int
     memory_used_bytes: int
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs this process may use: the driver's, narrowed by CUDA_VISIBLE_DEVICES
+    (which the frameworks obey, renumbering the visible GPUs from 0)."""
+    try:
+        present = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    entries = [entry for entry in visible.split(",") if entry.strip()]
+    # CUDA stops at the first invalid entry, e.g. "-1" hides every GPU.
+    count = 0
+    for entry in entries:
+        if entry.strip().lstrip("-").isdigit() and int(entry) < 0:
+            break
+        count += 1
+    return min(count, present)
 
 
 def read_gpus() -> list[GpuReading]:

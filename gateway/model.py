@@ -16,6 +16,7 @@ from accel_base.datatypes import v2_datatype
 from accel_base.errors import GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
+from gateway.gpu import gpu_count
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
 from gateway.placement import footprint
@@ -35,26 +36,6 @@ from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
 
 log = logging.getLogger(__name__)
-
-
-def gpu_count() -> int:
-    """NVIDIA GPUs this process may use: the driver's, narrowed by CUDA_VISIBLE_DEVICES
-    (which the frameworks obey, renumbering the visible GPUs from 0)."""
-    try:
-        present = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return present
-    entries = [entry for entry in visible.split(",") if entry.strip()]
-    # CUDA stops at the first invalid entry, e.g. "-1" hides every GPU.
-    count = 0
-    for entry in entries:
-        if entry.strip().lstrip("-").isdigit() and int(entry) < 0:
-            break
-        count += 1
-    return min(count, present)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +222,13 @@ class ModelVersion:
         feed = warm_up_inputs(self.config, self.pool.instances[0].allowed_batch_sizes)
         names = [t.name for t in self.config.output]
         for instance in self.pool.instances:
-            await instance.run(feed, names)
+            try:
+                await instance.run(feed, names)
+            finally:
+                # A batch this large says nothing of a request's run time, which decides
+                # whether runs go inline (scheduling/instances.py): the first requests
+                # measure it afresh.
+                instance.recent_run_ns = None
 
     def attach(self) -> None:
         """Start watching worker processes (on the event loop, once loaded)."""

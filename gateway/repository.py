@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,15 @@ from typing import Any
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
-from backends.parameters import string_parameter
 from gateway import heap
 from gateway.model import ModelVersion
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
+from gateway.on_demand import OnDemand, is_pinned
 from gateway.placement.inventory import read_inventory
-from gateway.placement.ledger import Candidate, NoRoom
-from gateway.placement.manager import MemoryManager, memory_summary
+from gateway.placement.ledger import NoRoom
+from gateway.placement.manager import MemoryManager
+from gateway.repository_index import index_rows
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
 from gateway.sealing import (
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 CONTROL_MODES = ("none", "explicit", "poll", "on-demand")
 MANAGED_MODES = ("explicit", "on-demand")  # where load and unload calls are allowed
-RETRY_FAILED_LOAD_S = 10.0  # on demand: a model that failed to load is not tried sooner
 SETTLE_EVERY_S = 2.0  # on demand: the heap settles at most this often
 
 
@@ -103,6 +102,7 @@ class ModelRepository:
         self.aliases: dict[str, Path] = {}
         self.memory = memory or MemoryManager(read_inventory(), evicts=control_mode == "on-demand")
         self._settling: asyncio.TimerHandle | None = None
+        self.on_demand = OnDemand(self)
 
     # ---- queries -------------------------------------------------------------------
 
@@ -111,20 +111,27 @@ class ModelRepository:
         names = {p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")}
         return sorted(names | set(self.aliases))
 
-    def _exists(self, name: str) -> bool:
-        return name in self.aliases or (_model_name(name) and (self.root / name).is_dir())
+    def exists(self, name: str) -> bool:
+        return name in self.aliases or (model_name_ok(name) and (self.root / name).is_dir())
 
-    def _model_dir(self, name: str) -> Path:
+    def model_dir(self, name: str) -> Path:
         """Where the model's files are: `root/name`, or the directory inside the
         repository that a SageMaker load gave that name."""
-        return self.aliases.get(name) or model_directory(self.root, name)
+        alias = self.aliases.get(name)
+        if alias is None:
+            return model_directory(self.root, name)
+        if not alias.resolve().is_relative_to(self.root.resolve()):
+            raise InvalidArgument(
+                f"model '{name}': its directory leads outside the model repository"
+            )
+        return alias
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The READY model version a request asks for ('' means the latest ready one)."""
         _check_version(version)
         entry = self.models.get(name)
         if entry is None or not entry.versions:
-            if self.control_mode == "on-demand" and name in self.model_names_on_disk():
+            if self.control_mode == "on-demand" and self.exists(name):
                 raise Unavailable(f"model '{name}' is not loaded; it loads on its first request")
             raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
         if version == "":
@@ -175,30 +182,10 @@ class ModelRepository:
         ]
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        names = sorted(set(self.model_names_on_disk()) | set(self.models))
-        for name in names:
-            entry = self.models.get(name)
-            if entry is None or not entry.versions:
-                if not ready_only:
-                    state = "UNAVAILABLE" if entry is not None and entry.error else ""
-                    reason = entry.error if entry is not None else ""
-                    if not state and self.control_mode == "on-demand":
-                        state, reason = "UNAVAILABLE", "not loaded; loads on its first request"
-                    rows.append({"name": name, "version": "", "state": state, "reason": reason})
-                continue
-            for version, state in sorted(entry.versions.items()):
-                status, reason = state.state, state.reason
-                down = state.model.unavailable_reason if state.model is not None else None
-                if status == "READY" and down is not None:
-                    status, reason = "UNAVAILABLE", down
-                if ready_only and status != "READY":
-                    continue
-                row = {"name": name, "version": str(version), "state": status, "reason": reason}
-                if state.model is not None and state.model.footprints:
-                    row["memory"] = memory_summary(state.model.footprints)
-                rows.append(row)
-        return rows
+        return index_rows(self, ready_only)
+
+    async def get_on_demand(self, name: str, version: str, missing: GatewayError) -> ModelVersion:
+        return await self.on_demand.get(name, version, missing)
 
     # ---- loading -------------------------------------------------------------------
 
@@ -206,8 +193,11 @@ class ModelRepository:
         """Load what the control mode says to load at start (all models, or the named ones)."""
         if self.control_mode == "explicit":
             targets = self.model_names_on_disk() if "*" in names else names
-        elif self.control_mode == "on-demand":  # the pinned ones; the rest wait for requests
-            targets = [n for n in self.model_names_on_disk() if self._pinned_on_disk(n)]
+        elif self.control_mode == "on-demand":  # pinned and named; the rest wait for requests
+            targets = [
+                n for n in self.model_names_on_disk()
+                if n in names or "*" in names or self.on_demand.pinned_on_disk(n)
+            ]  # fmt: skip
         else:
             targets = self.model_names_on_disk()
         # Several at once: most of a load is a worker process importing its framework.
@@ -237,8 +227,11 @@ class ModelRepository:
         keep serving if a replacement fails (as in Triton).
         """
         before = self._loaded(name)
+        # Shielded: a caller that goes away (a cancelled gRPC call) must not stop a load
+        # half way, with instances built and their bytes no longer booked.
+        loading = asyncio.ensure_future(self._load(name, config_json))
         try:
-            await self._load(name, config_json)
+            await asyncio.shield(loading)
         except GatewayError as exc:  # messages leave the server without its paths
             raise type(exc)(self._relative(exc.message)) from None
         finally:
@@ -249,12 +242,12 @@ class ModelRepository:
         return relative_to_repository(message, self._prefixes)
 
     async def _load(self, name: str, config_json: dict[str, Any] | None) -> None:
-        if not self._exists(name):
+        if not self.exists(name):
             raise NotFound(f"model '{name}' is not in the model repository")
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             try:
-                model_dir = self._model_dir(name)
+                model_dir = self.model_dir(name)
                 config = self._config(name, model_dir, config_json)
                 check_config_paths(config, model_dir)
                 await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
@@ -262,6 +255,7 @@ class ModelRepository:
                 wanted = versions_to_load(config, available_versions(model_dir))
                 if not wanted:
                     raise InvalidArgument(f"model '{name}' has no version directory")
+                pinned = name in self.memory.pinned or is_pinned(config)
             except GatewayError as exc:
                 entry.error = self._relative(exc.message)  # the index shows why
                 raise
@@ -272,7 +266,7 @@ class ModelRepository:
                 **old,
                 **{v: VersionState("LOADING") for v in wanted if not _ready(old.get(v))},
             }
-            entry.pinned = name in self.memory.pinned or is_pinned(config)
+            entry.pinned = pinned
             new: dict[int, VersionState] = {}
             errors = []
             no_room = True  # every failure was for want of memory (SageMaker answers 507)
@@ -311,62 +305,8 @@ class ModelRepository:
             )
 
         return await self.memory.load(
-            name, version, plan.slots, load, self._eviction_candidates, self._evict
+            name, version, plan.slots, load, self.on_demand.candidates, self.on_demand.evict
         )
-
-    def _eviction_candidates(self, loading: str) -> list[Candidate]:
-        """Models that may make room for `loading`: loaded, idle (nothing queued or
-        running), not pinned, and not being loaded or unloaded themselves."""
-        found = []
-        for name, entry in self.models.items():
-            models = [s.model for s in entry.versions.values() if s.model is not None]
-            if name == loading or entry.pinned or entry.lock.locked() or not models:
-                continue
-            if any(m.scheduler.pending for m in models):
-                continue
-            found.append(Candidate(name, max(m.last_used for m in models)))
-        return found
-
-    async def _evict(self, name: str) -> None:
-        # The load this makes room for settles the heap when it is done.
-        await self._unload(name, "evicted to make room for another model; loads again on its "
-                           "next request")  # fmt: skip
-
-    def _pinned_on_disk(self, name: str) -> bool:
-        if name in self.memory.pinned:
-            return True
-        try:
-            return is_pinned(read_config(self._model_dir(name)))
-        except GatewayError:
-            return False
-
-    async def get_on_demand(self, name: str, version: str, missing: GatewayError) -> ModelVersion:
-        """On demand: the model version once loaded (this request may start the load);
-        in other modes, or for a model not in the repository, `missing` is raised."""
-        if self.control_mode != "on-demand" or not self._exists(name):
-            raise missing
-        entry = self.models.get(name)
-        if entry is not None and entry.failed_at is not None:
-            ago = time.monotonic() - entry.failed_at
-            if ago < RETRY_FAILED_LOAD_S:
-                raise Unavailable(
-                    f"model '{name}' failed to load {ago:.0f} s ago and is tried again "
-                    f"{RETRY_FAILED_LOAD_S:g} s after that: {self._failure(entry)}"
-                )
-        await self.memory.first_load(name, lambda: self._load_on_demand(name))
-        return self.get(name, version)
-
-    async def _load_on_demand(self, name: str) -> None:
-        try:
-            await self.load(name)
-        except GatewayError:
-            self.models[name].failed_at = time.monotonic()
-            raise
-        self.models[name].failed_at = None
-
-    def _failure(self, entry: ModelEntry) -> str:
-        reasons = [s.reason for s in entry.versions.values() if s.reason]
-        return entry.error or "; ".join(reasons) or "no version loaded"
 
     def _config(
         self, name: str, model_dir: Path, config_json: dict[str, Any] | None
@@ -419,19 +359,25 @@ class ModelRepository:
         if entry is None:
             raise NotFound(f"unknown model '{name}'")
         async with entry.lock:
-            old = entry.versions
-            for state in old.values():
-                state.state = "UNLOADING"
-            await self._close_versions(list(old.values()))
-            entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
+            await self.close_all(entry, reason)
+
+    async def close_all(self, entry: ModelEntry, reason: str) -> None:
+        """Unload every version of a model whose lock the caller holds."""
+        old = entry.versions
+        for state in old.values():
+            state.state = "UNLOADING"
+        await self._close_versions(list(old.values()))
+        entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
 
     async def _close_versions(self, states: list[VersionState]) -> None:
         for state in states:
             if state.model is not None:
                 model, state.model = state.model, None
-                await _drain(model)
-                await model.close()
-                self.memory.released(model.footprints)
+                try:
+                    await _drain(model)
+                    await model.close()
+                finally:  # its bytes are not booked forever, whatever happened
+                    self.memory.released(model.footprints)
 
     async def unload_all(self) -> None:
         # All at once: each unload mostly waits for a worker process to end.
@@ -446,7 +392,7 @@ class ModelRepository:
         on_disk = set(self.model_names_on_disk())
         for name in sorted(on_disk):
             entry = self.models.get(name)
-            if entry is None or entry.fingerprint != fingerprint(self._model_dir(name)):
+            if entry is None or entry.fingerprint != fingerprint(self.model_dir(name)):
                 try:
                     await self.load(name)
                 except GatewayError as exc:
@@ -457,19 +403,7 @@ class ModelRepository:
                 del self.models[name]
 
 
-def is_pinned(config: mc.ModelConfig) -> bool:
-    """The config's `pinned` parameter: such a model is never evicted."""
-    text = string_parameter(config, "pinned")
-    if text is None:
-        return False
-    if text.strip().lower() not in ("true", "false", "1", "0"):
-        raise InvalidArgument(
-            f"model '{config.name}': parameter pinned must be true or false, not {text!r}"
-        )
-    return text.strip().lower() in ("true", "1")
-
-
-def _model_name(name: str) -> bool:
+def model_name_ok(name: str) -> bool:
     """A name that can only mean a directory directly under the repository."""
     return bool(name) and "/" not in name and not name.startswith(".")
 

@@ -89,8 +89,8 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
                 )
             return ready[0]
         name = model_name_of(target.decode("latin-1"))
-        if core.model_ready(name):
-            return name
+        if core.model_ready(name) or core.repository.control_mode == "on-demand":
+            return name  # on demand, the request itself loads it (or says why not)
         if not name or name.startswith(".") or name not in _repository_names(core):
             raise NotFound(
                 f"target model '{target.decode('latin-1')}' is not in the model repository"
@@ -119,10 +119,11 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
         elif len(parts) == 1 and method == "GET":
             answer = models.get(unquote(parts[0]))
         elif len(parts) == 1 and method == "DELETE":
-            answer = await models.unload(unquote(parts[0]))
+            answer = await models.unload(unquote(parts[0]), dict(scope["headers"]))
         elif len(parts) == 2 and parts[1] == "invoke" and method == "POST":
             name = unquote(parts[0])
-            models.get(name)  # 404 unless loaded
+            if not (models.known(name) and core.repository.control_mode == "on-demand"):
+                models.get(name)  # 404 unless loaded (on demand, an evicted one reloads)
             await serve_infer(core, max_body_bytes, _binary_length(scope), receive, send, name, "")
             return
         else:

@@ -69,13 +69,17 @@ def model_dir_of(url: Any, root: Path) -> Path:
             "'url' must be a Triton model directory (config.pbtxt and version folders), or "
             f"hold exactly one; it holds {len(inside)}"
         )
-    return inside[0]
+    model_dir = inside[0].resolve()  # a link inside an archive may lead anywhere
+    if not model_dir.is_relative_to(root.resolve()):
+        raise InvalidArgument("the model directory in 'url' leads outside the model repository")
+    return model_dir
 
 
 class SageMakerModels:
     def __init__(self, core: InferenceCore) -> None:
         self.core = core
         self.urls: dict[str, str] = {}  # model name -> the url it was loaded from
+        self._loading: set[str] = set()  # names a POST is loading now
 
     def _loaded(self, name: str) -> bool:
         entry = self.core.repository.models.get(name)
@@ -84,7 +88,12 @@ class SageMakerModels:
     def _described(self, name: str) -> dict[str, str]:
         return {"modelName": name, "modelUrl": self.urls.get(name, name)}
 
+    def known(self, name: str) -> bool:
+        """Loaded through /models and not unloaded since (evicted, on demand, counts)."""
+        return name in self.urls
+
     async def load(self, receive, headers: dict[bytes, bytes]) -> dict[str, Any]:
+        self.core.check_token(_token(headers))
         body = await read_body(receive, headers.get(b"content-length"), MAX_MANAGEMENT_BODY)
         try:
             request = orjson.loads(body)
@@ -96,20 +105,35 @@ class SageMakerModels:
         if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
             raise InvalidArgument("'model_name' must be a non-empty name without '/'")
         repository = self.core.repository
-        if self._loaded(name):
+        if self._loaded(name) or name in self._loading:
             raise Conflict(f"model '{name}' is already loaded")
         model_dir = model_dir_of(request.get("url"), repository.root)
+        if name in repository.models and name not in repository.aliases:
+            raise Conflict(f"'{name}' is the name of a model in the repository; choose another")
+        self._loading.add(name)
         repository.aliases[name] = model_dir
         try:
             await repository.load(name)
         except NoRoom as exc:
+            self._forget(name)
             raise InsufficientStorage(exc.message) from None
         except GatewayError:
-            if not self._loaded(name):
-                repository.aliases.pop(name, None)
+            self._forget(name)
             raise
+        finally:
+            self._loading.discard(name)
         self.urls[name] = request["url"]
         return {"status": f"model '{name}' loaded"}
+
+    def _forget(self, name: str) -> None:
+        """A name SageMaker no longer has loaded: nothing of it stays behind."""
+        repository = self.core.repository
+        self.urls.pop(name, None)
+        if name in repository.aliases:
+            repository.aliases.pop(name)
+            entry = repository.models.get(name)
+            if entry is not None and not any(s.model for s in entry.versions.values()):
+                del repository.models[name]
 
     def list(self, query: dict[str, str]) -> dict[str, Any]:
         names = sorted(n for n in self.core.repository.models if self._loaded(n))
@@ -125,12 +149,20 @@ class SageMakerModels:
             raise NotFound(f"model '{name}' is not loaded")
         return self._described(name)
 
-    async def unload(self, name: str) -> dict[str, str]:
-        if not self._loaded(name):
+    async def unload(self, name: str, headers: dict[bytes, bytes]) -> dict[str, str]:
+        self.core.check_token(_token(headers))
+        if not self._loaded(name) and not self.known(name):
             raise NotFound(f"model '{name}' is not loaded")
         await self.core.repository.unload(name)
-        self.urls.pop(name, None)
+        self._forget(name)
         return {"status": f"model '{name}' unloaded"}
+
+
+def _token(headers: dict[bytes, bytes]) -> str | None:
+    """The bearer token of the Authorization header, as the V2 routes take it."""
+    value = headers.get(b"authorization", b"").decode("latin-1")
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
 
 
 def _count(text: str, key: str) -> int:

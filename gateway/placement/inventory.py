@@ -10,13 +10,14 @@ of batches larger than warm-up's, allocator fragmentation, the workers' own inte
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from accel_base.cpu import CGROUP_ROOT, PROC_CGROUP, with_ancestors
 from backends.base import Device
-from gateway.gpu import GpuReading, read_gpus
+from gateway.gpu import GpuReading, gpu_count, read_gpus
 from gateway.placement.sizes import Budget, format_bytes
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ CPU = Device("cpu")
 DEFAULT_HOST_BUDGET = Budget(fraction=0.8)
 DEFAULT_GPU_BUDGET = Budget(fraction=0.9)
 DEFAULT_RESERVE = 0.1  # of each budget, kept free
+UNLIMITED = 2**62  # a GPU whose memory cannot be read, with no budget in bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +73,10 @@ def _cgroup_limits(cgroup_root: Path, proc_cgroup: Path) -> list[tuple[int, int]
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         if hierarchy == "0" and controllers == "":
-            files, mounts = ("memory.max", "memory.current"), [cgroup_root, cgroup_root / "unified"]
+            files = ("memory.max", "memory.current", "inactive_file")
+            mounts = [cgroup_root, cgroup_root / "unified"]
         elif "memory" in controllers.split(","):
-            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
             mounts = [cgroup_root / "memory"]
         else:
             continue
@@ -86,8 +89,20 @@ def _cgroup_limits(cgroup_root: Path, proc_cgroup: Path) -> list[tuple[int, int]
                     continue
                 # v2 says "max"; v1 says a huge number, past any real memory.
                 if limit_text.isdigit() and int(limit_text) < 2**60:
-                    found.append((int(limit_text), usage))
+                    # Page cache the kernel drops first is counted as used; it is not.
+                    found.append((int(limit_text), usage - _stat(directory, files[2])))
     return found
+
+
+def _stat(directory: Path, key: str) -> int:
+    try:
+        for line in (directory / "memory.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def read_inventory(
@@ -96,15 +111,39 @@ def read_inventory(
     reserve: float = DEFAULT_RESERVE,
     host: Callable[[], tuple[int, int]] = host_memory,
     gpus: Callable[[], list[GpuReading]] = read_gpus,
+    visible_gpus: Callable[[], int] = gpu_count,
 ) -> list[DeviceMemory]:
-    """The CPU, then every GPU NVML sees, each with its budget."""
+    """The CPU, then every GPU this process may use (numbered as the frameworks number
+    them, after CUDA_VISIBLE_DEVICES), each with its budget."""
     total, available = host()
     devices = [_device(CPU, total, available, host_budget, reserve)]
-    for reading in gpus():
+    readings = gpus()
+    for index in range(visible_gpus()):
+        reading = _reading_of(index, readings)
+        device = Device("gpu", index)
+        if reading is None:  # no NVML (the gpu extra): a budget in bytes, or none
+            log.warning("%s: no memory reading (install the gpu extra for NVML)", device)
+            unknown = gpu_budget.bytes if gpu_budget.bytes is not None else UNLIMITED
+            devices.append(DeviceMemory(device, unknown, unknown, unknown))
+            continue
         free = reading.memory_total_bytes - reading.memory_used_bytes
-        device = Device("gpu", reading.index)
         devices.append(_device(device, reading.memory_total_bytes, free, gpu_budget, reserve))
     return devices
+
+
+def _reading_of(index: int, readings: list[GpuReading]) -> GpuReading | None:
+    """NVML's reading of the index-th visible GPU: CUDA_VISIBLE_DEVICES names physical
+    indexes or UUIDs, NVML numbers every GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in visible.split(",")] if visible is not None else None
+    for reading in readings:
+        if entries is None and reading.index == index:
+            return reading
+        if entries is not None and index < len(entries):
+            entry = entries[index]
+            if entry == str(reading.index) or (entry and reading.uuid.startswith(entry)):
+                return reading
+    return None
 
 
 def _device(device: Device, total: int, free: int, budget: Budget, reserve: float) -> DeviceMemory:

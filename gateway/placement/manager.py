@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accel_base.errors import GatewayError, Unavailable
+from accel_base.errors import Unavailable
 from backends.base import Device
 from gateway.gpu import process_gpu_bytes
 from gateway.placement.footprint import resident_bytes
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LOAD_TIMEOUT_S = 120.0
 DEFAULT_LOAD_CONCURRENCY = 2  # loads at once per device
+WARM_UP_TIMEOUT_S = 120.0  # a warm-up batch running longer is given up (the model loads)
 # Upper bounds of the load-duration and eviction-age histograms, in seconds.
 LOAD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 AGE_SECONDS_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
@@ -96,6 +98,7 @@ class MemoryManager:
         self._thread_loads = asyncio.Lock()  # one at a time, so RSS growth is theirs
         self._generation = itertools.count()
         self._first_loads: dict[str, asyncio.Future] = {}
+        self._waiting: dict[str, int] = {}  # requests waiting for each model's load
         self.loaded_at: dict[str, float] = {}  # model -> when its newest version loaded
 
     # ---- loading a version -----------------------------------------------------------
@@ -107,24 +110,23 @@ class MemoryManager:
         slots: list[Any],
         load: Callable[[list[Device]], Any],
         candidates: Callable[[str], list[Candidate]],
-        evict: Callable[[str], Awaitable[None]],
+        evict: Callable[[tuple[str, ...]], Awaitable[list[str]]],
     ) -> Any:
         """Place, load (`load(devices)`, blocking, on a thread), warm up and measure one
-        version; returns the loaded ModelVersion with its footprints."""
+        version; returns the loaded ModelVersion with its footprints. `evict(names)`
+        unloads models to make room and returns those it unloaded."""
         generation = next(self._generation)
         footprints: list[Footprint] = []
+        began = time.monotonic()
         try:
             async with self._placing:
                 for index, slot in enumerate(slots):
-                    choices = candidates(name) if self.evicts else []
-                    placement = self.ledger.place(name, slot.predicted, list(slot.allowed), choices)
-                    for victim in placement.evict:
-                        await self._evict(victim, evict)
+                    allowed = list(slot.allowed)
+                    device = await self._make_room(name, slot.predicted, allowed, candidates, evict)
                     key = f"{name}/{version}/{index}#{generation}"
-                    self.ledger.book(key, name, placement.device, slot.predicted)
-                    footprints.append(Footprint(key, placement.device, slot.predicted))
+                    self.ledger.book(key, name, device, slot.predicted)
+                    footprints.append(Footprint(key, device, slot.predicted))
             devices = [f.device for f in footprints]
-            began = time.monotonic()
             model = await self._load_and_measure(slots, devices, load, footprints)
             model.footprints = footprints
             try:
@@ -139,8 +141,38 @@ class MemoryManager:
             raise
         self.stats.loads += 1
         self.stats.load_seconds.observe(time.monotonic() - began)
-        self.loaded_at[name] = time.monotonic()
+        self.loaded_at[name] = model.last_used = time.monotonic()
         return model
+
+    def _evictable(
+        self, name: str, candidates: Callable[[str], list[Candidate]]
+    ) -> list[Candidate]:
+        """The repository's candidates, less the models requests are waiting to load:
+        those just loaded, whose waiters have not run yet, stay."""
+        if not self.evicts:
+            return []
+        busy = self._waiting.keys() | self._first_loads.keys()
+        return [c for c in candidates(name) if c.model not in busy]
+
+    async def _make_room(
+        self,
+        name: str,
+        needed: int,
+        allowed: list[Device],
+        candidates: Callable[[str], list[Candidate]],
+        evict: Callable[[tuple[str, ...]], Awaitable[list[str]]],
+    ) -> Device:
+        """The device an instance of `needed` bytes goes on, after evicting what must go
+        (NoRoom when it cannot fit). A victim that became busy meanwhile is spared, and
+        the plan made again."""
+        for _ in range(3):
+            placement = self.ledger.place(name, needed, allowed, self._evictable(name, candidates))
+            if placement.evict:
+                await self._evict(placement.evict, evict)
+            if self.ledger.free(placement.device) >= needed:
+                return placement.device
+        self.ledger.place(name, needed, allowed, [])  # raises NoRoom with the sizes
+        return allowed[0]  # unreachable: the line above raised
 
     async def _load_and_measure(
         self,
@@ -156,21 +188,33 @@ class MemoryManager:
             if threads:
                 await stack.enter_async_context(self._thread_loads)
             before = resident_bytes()
+            on_a_gpu = any(d.kind == "gpu" for d in devices)
+            gpu_before = process_gpu_bytes(os.getpid()) if on_a_gpu else None
             model = await asyncio.to_thread(load, devices)
             try:
                 model.attach()
                 try:
-                    await model.warm_up()
-                except GatewayError as exc:  # measured without it; the model may still serve
-                    log.warning("model '%s': the warm-up batch failed: %s", model.name, exc.message)
+                    await asyncio.wait_for(model.warm_up(), WARM_UP_TIMEOUT_S)
+                except Exception as exc:  # measured without it; the model may still serve
+                    log.warning(
+                        "model '%s': the warm-up batch failed (%s: %s); its footprint is "
+                        "measured without it", model.name, type(exc).__name__, exc,
+                    )  # fmt: skip
                 grown = max(resident_bytes() - before, 0)
+                gpu_grown = None
+                if gpu_before is not None:
+                    gpu_grown = max((process_gpu_bytes(os.getpid()) or 0) - gpu_before, 0)
             except BaseException:
                 await model.close()
                 raise
         instances = model.pool.instances
+        on_gpu = [i for i in threads if devices[i].kind == "gpu"]
+        on_cpu = [i for i in threads if devices[i].kind != "gpu"]
         for index, (instance, footprint) in enumerate(zip(instances, footprints, strict=True)):
-            if index in threads:
-                footprint.measured = grown // len(threads)
+            if index in on_cpu:
+                footprint.measured = grown // len(on_cpu)
+            elif index in on_gpu:
+                footprint.measured = None if gpu_grown is None else gpu_grown // len(on_gpu)
             else:
                 footprint.measured = _worker_bytes(instance, footprint.device)
         return model
@@ -180,7 +224,7 @@ class MemoryManager:
         name: str,
         footprints: list[Footprint],
         candidates: Callable[[str], list[Candidate]],
-        evict: Callable[[str], Awaitable[None]],
+        evict: Callable[[tuple[str, ...]], Awaitable[list[str]]],
     ) -> None:
         """Book what was measured; past a budget, evict more or give up with the sizes."""
         async with self._placing:
@@ -188,12 +232,16 @@ class MemoryManager:
                 if footprint.measured is None:
                     continue
                 over = self.ledger.measure(footprint.key, footprint.measured)
-                if not over:
-                    continue
-                victims = None
-                if self.evicts:
-                    victims = self.ledger.evictions(footprint.device, 0, candidates(name))
-                if victims is None:
+                for _ in range(3):
+                    if not over:
+                        break
+                    choices = self._evictable(name, candidates)
+                    victims = self.ledger.evictions(footprint.device, 0, choices)
+                    if not victims:
+                        break
+                    await self._evict(victims, evict)
+                    over = max(-self.ledger.free(footprint.device), 0)
+                if over:
                     budget = self.ledger.devices[footprint.device].budget_bytes
                     raise NoRoom(
                         f"model '{name}' does not fit: an instance measured "
@@ -203,17 +251,16 @@ class MemoryManager:
                         f"{format_bytes(budget)}; set its memory_bytes parameter, or raise "
                         "the budget"
                     )
-                for victim in victims:
-                    await self._evict(victim, evict)
 
-    async def _evict(self, victim: str, evict: Callable[[str], Awaitable[None]]) -> None:
-        log.info("evicting model '%s' to make room", victim)
-        loaded = self.loaded_at.pop(victim, None)
-        await evict(victim)
-        self.ledger.release_model(victim)
-        self.stats.evictions += 1
-        if loaded is not None:
-            self.stats.eviction_ages.observe(time.monotonic() - loaded)
+    async def _evict(
+        self, victims: tuple[str, ...], evict: Callable[[tuple[str, ...]], Awaitable[list[str]]]
+    ) -> None:
+        log.info("evicting %s to make room", ", ".join(f"model '{v}'" for v in victims))
+        for victim in await evict(victims):
+            self.stats.evictions += 1
+            loaded = self.loaded_at.pop(victim, None)
+            if loaded is not None:
+                self.stats.eviction_ages.observe(time.monotonic() - loaded)
 
     def released(self, footprints: list[Footprint]) -> None:
         """A version was unloaded: its bytes are free again."""
@@ -222,16 +269,26 @@ class MemoryManager:
 
     # ---- on demand -------------------------------------------------------------------
 
-    async def first_load(self, name: str, load: Callable[[], Awaitable[None]]) -> None:
+    async def first_load(
+        self, name: str, load: Callable[[], Awaitable[None]], max_waiting: int
+    ) -> None:
         """Wait for the model's load, starting it unless one is under way: concurrent
-        first requests share one load. 503 past --model-load-timeout (the load goes on)."""
+        first requests share one load. At most `max_waiting` requests wait (503 past
+        that), each for --model-load-timeout at most (503 then; the load goes on)."""
         began = time.monotonic()
+        waiting = self._waiting.get(name, 0)
+        if waiting >= max_waiting:
+            raise Unavailable(
+                f"model '{name}' is loading and {waiting} requests already wait for it "
+                "(--max-queue-size); retry shortly"
+            )
         future = self._first_loads.get(name)
         if future is None:
             future = asyncio.ensure_future(load())
             self._first_loads[name] = future
-            future.add_done_callback(lambda _: self._first_loads.pop(name, None))
+            future.add_done_callback(lambda done: self._load_ended(name, done))
         self.stats.misses += 1
+        self._waiting[name] = waiting + 1
         try:
             await asyncio.wait_for(asyncio.shield(future), self.load_timeout_s)
         except TimeoutError:
@@ -241,6 +298,14 @@ class MemoryManager:
             ) from None
         finally:
             self.stats.wait_s += time.monotonic() - began
+            self._waiting[name] -= 1
+            if not self._waiting[name]:
+                del self._waiting[name]
+
+    def _load_ended(self, name: str, done: asyncio.Future) -> None:
+        self._first_loads.pop(name, None)
+        if not done.cancelled():
+            done.exception()  # seen here, should every waiter have timed out first
 
 
 def memory_summary(footprints: list[Footprint]) -> dict[str, Any]:

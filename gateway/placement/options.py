@@ -18,12 +18,18 @@ from gateway.placement.manager import (
 )
 from gateway.placement.sizes import Budget, parse_budget
 
+# Outside on-demand mode nothing is evicted, and a crude prediction must not refuse a
+# model that fits: unless told otherwise, the budget there is all the memory free at start.
+WHOLE = Budget(fraction=1.0)
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryOptions:
-    host_budget: Budget = DEFAULT_HOST_BUDGET
-    gpu_budget: Budget = DEFAULT_GPU_BUDGET
-    reserve: float = DEFAULT_RESERVE
+    # None: the defaults of the control mode (on demand: DEFAULT_*; otherwise WHOLE, no
+    # reserve).
+    host_budget: Budget | None = None
+    gpu_budget: Budget | None = None
+    reserve: float | None = None
     load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
     load_concurrency: int = DEFAULT_LOAD_CONCURRENCY
     pinned: frozenset[str] = frozenset()
@@ -31,7 +37,12 @@ class MemoryOptions:
     def manager(self, control_mode: str) -> MemoryManager:
         """Eviction only on demand: in the other modes a model that does not fit fails
         to load, and what is loaded stays until an operator unloads it."""
-        devices = read_inventory(self.host_budget, self.gpu_budget, self.reserve)
+        on_demand = control_mode == "on-demand"
+        devices = read_inventory(
+            self.host_budget or (DEFAULT_HOST_BUDGET if on_demand else WHOLE),
+            self.gpu_budget or (DEFAULT_GPU_BUDGET if on_demand else WHOLE),
+            self.reserve if self.reserve is not None else (DEFAULT_RESERVE if on_demand else 0.0),
+        )
         return MemoryManager(
             devices,
             evicts=control_mode == "on-demand",
@@ -68,19 +79,20 @@ def _positive(kind):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("memory and placement (gateway/placement)")
     group.add_argument(
-        "--host-memory-budget", type=_budget, default=DEFAULT_HOST_BUDGET, metavar="SHARE",
+        "--host-memory-budget", type=_budget, metavar="SHARE",
         help="host memory model instances on the CPU may take: a fraction of what is free "
-        "at start (0.8) or a size (16GiB) (default %(default)s)",
+        f"at start (0.8) or a size (16GiB) (default: {DEFAULT_HOST_BUDGET} on demand, all "
+        "of it otherwise)",
     )  # fmt: skip
     group.add_argument(
-        "--gpu-memory-budget", type=_budget, default=DEFAULT_GPU_BUDGET, metavar="SHARE",
+        "--gpu-memory-budget", type=_budget, metavar="SHARE",
         help="memory model instances may take on each GPU: a fraction of what is free at "
-        "start or a size (default %(default)s)",
+        f"start or a size (default: {DEFAULT_GPU_BUDGET} on demand, all of it otherwise)",
     )  # fmt: skip
     group.add_argument(
-        "--memory-reserve", type=_fraction, default=DEFAULT_RESERVE, metavar="FRACTION",
+        "--memory-reserve", type=_fraction, metavar="FRACTION",
         help="share of each budget kept free for activations and fragmentation "
-        "(default %(default)s)",
+        f"(default: {DEFAULT_RESERVE} on demand, 0 otherwise)",
     )  # fmt: skip
     group.add_argument(
         "--model-load-timeout", type=_positive(float), default=DEFAULT_LOAD_TIMEOUT_S,

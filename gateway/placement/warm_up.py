@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from accel_base.batch import BatchShapeError, padded_size
 from accel_base.datatypes import NUMPY_DTYPES, v2_datatype
 from accel_base.proto import model_config_pb2 as mc
 
@@ -17,11 +18,14 @@ def warm_up_inputs(
     config: mc.ModelConfig, allowed_batch_sizes: tuple[int, ...] | None = None
 ) -> dict[str, np.ndarray]:
     """Zeros (empty strings for BYTES) for every input the config declares, at the
-    largest batch (the largest a compiled backend allows, if smaller); a dimension of any
-    size (-1) is 1."""
+    largest batch (max_batch_size, padded to a size a compiled backend allows); a
+    dimension of any size (-1) is 1."""
     rows: list[int] = []
-    if config.max_batch_size > 0:
-        rows = [max(allowed_batch_sizes) if allowed_batch_sizes else config.max_batch_size]
+    if config.max_batch_size > 0:  # as the batcher pads its largest batch
+        try:
+            rows = [padded_size(config.max_batch_size, allowed_batch_sizes)]
+        except BatchShapeError:  # buckets that stop short: the largest of them
+            rows = [max(allowed_batch_sizes or [config.max_batch_size])]
     feed = {}
     for tensor in config.input:
         shape = tuple(rows + [d if d >= 0 else 1 for d in tensor.dims])

@@ -40,7 +40,7 @@ from gateway.inference import InferRequest
 # 12's goal) whatever its budget; clients past it that retry at once, without heeding
 # Retry-After, spin on refusals.
 EXEMPT_PER_INSTANCE = 8
-DEFAULT_QUEUE_BUDGET_MS = 30.0  # the server's --queue-budget-ms
+DEFAULT_QUEUE_BUDGET_MS = 50.0  # the server's --queue-budget-ms
 
 
 WEIGHT = 0.1  # of the newest run in the moving averages

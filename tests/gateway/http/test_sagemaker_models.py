@@ -85,10 +85,15 @@ def test_a_model_that_does_not_fit_is_507_with_the_sizes(mme_repository, server_
 def test_bad_loads_are_4xx(mme_repository, server_factory, tmp_path):
     outside = tmp_path / "elsewhere"
     shutil.copytree(mme_repository / "a1b2", outside)
+    linked = mme_repository / "e5f6" / "model"
+    linked.mkdir(parents=True)
+    (linked / "digits").symlink_to(outside / "model" / "digits")  # a link in the archive
+    inside = "inside the model repository"
     with endpoint(server_factory, mme_repository) as client:
         for body, status, words in (
-            ({"model_name": "x", "url": str(outside / "model")}, 400, "inside the model repository"),
+            ({"model_name": "x", "url": str(outside / "model")}, 400, inside),
             ({"model_name": "x", "url": str(mme_repository / "nope")}, 404, "no directory"),
+            ({"model_name": "x", "url": str(linked)}, 400, "leads outside"),
             ({"model_name": "x", "url": str(mme_repository)}, 400, "exactly one"),
             ({"model_name": "../x", "url": str(mme_repository / "a1b2")}, 400, "model_name"),
             ({"url": str(mme_repository / "a1b2")}, 400, "model_name"),
@@ -98,3 +103,19 @@ def test_bad_loads_are_4xx(mme_repository, server_factory, tmp_path):
             assert reply.status_code == status, (body, reply.text)
             assert words in reply.json()["error"]
         assert client.post("/models", content=b"{").status_code == 400
+
+
+def test_loads_and_unloads_need_the_admin_token_when_one_is_set(mme_repository, server_factory):
+    url = str(mme_repository / "a1b2" / "model")
+    with endpoint(server_factory, mme_repository, "--admin-token", "s3cret") as client:
+        refused = client.post("/models", json={"model_name": "m", "url": url})
+        assert refused.status_code == 403 and "admin token" in refused.json()["error"]
+        token = {"Authorization": "Bearer s3cret"}
+        assert client.post("/models", json={"model_name": "m", "url": url}, headers=token)\
+            .status_code == 200  # fmt: skip
+        assert client.delete("/models/m").status_code == 403
+        assert client.delete("/models/m", headers=token).status_code == 200
+        # The name is free again, for another model.
+        other = str(mme_repository / "c3d4" / "model")
+        again = client.post("/models", json={"model_name": "m", "url": other}, headers=token)
+        assert again.status_code == 200, again.text

@@ -48,9 +48,10 @@ def on_demand() -> Callable[..., InferenceCore]:
     """`on_demand(root, budget_mb, **manager options)`: a core whose repository loads on
     demand within a CPU budget of that many megabytes (no reserve)."""
 
-    def make(root: Path, budget_mb: int, **manager) -> InferenceCore:
+    def make(root: Path, budget_mb: int, max_queue_size: int = 1024, **manager) -> InferenceCore:
         cpu = DeviceMemory(Device("cpu"), 10**12, 10**12, budget_mb * MB)
         memory = MemoryManager([cpu], evicts=True, **manager)
-        return InferenceCore(ModelRepository(root, "on-demand", memory=memory))
+        repository = ModelRepository(root, "on-demand", max_queue_size, memory=memory)
+        return InferenceCore(repository)
 
     return make

@@ -5,6 +5,7 @@ recently used idle model evicted, pinned and busy models kept, the budget never 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 
 import numpy as np
@@ -127,6 +128,63 @@ def test_a_request_waiting_past_the_load_timeout_gets_503_while_the_load_goes_on
 
     asyncio.run(scenario())
     assert core.repository.memory.stats.loads == 1
+
+
+def test_requests_waiting_for_a_load_are_bounded(models_dir, on_demand):
+    core = on_demand(models_dir({"m": sized(100)}), budget_mb=1000, max_queue_size=3)
+
+    async def scenario():
+        return await asyncio.gather(
+            *(core.infer(request("m", v)) for v in range(5)), return_exceptions=True
+        )
+
+    results = asyncio.run(scenario())
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(refused) == 2 and all("3 requests already wait" in str(r) for r in refused)
+    assert core.repository.memory.stats.loads == 1
+
+
+def test_evicting_a_model_in_a_worker_process_ends_the_worker(models_dir, on_demand):
+    in_worker = 'parameters { key: "execution" value: { string_value: "process" } }'
+    root = models_dir({"a": sized(100, in_worker), "b": sized(100, in_worker)})
+    core = on_demand(root, budget_mb=150)
+
+    async def scenario():
+        await core.infer(request("a"))
+        (instance,) = core.repository.get("a").pool.instances
+        pid = instance.worker.pid
+        await core.infer(request("b"))  # a is evicted: its worker and all it held go
+        assert states(core) == {"a": "UNAVAILABLE", "b": "READY"}
+        return pid
+
+    pid = asyncio.run(scenario())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    asyncio.run(core.repository.unload_all())
+
+
+def test_an_eviction_of_two_models_does_not_deadlock_with_a_reload_of_one_of_them(
+    models_dir, on_demand
+):
+    core = on_demand(models_dir({"a": sized(100), "b": sized(100)}), 1000)
+    repository, memory = core.repository, core.repository.memory
+
+    async def placement_evicting_both():
+        async with memory._placing:  # as a load that needs both places holds it
+            return await repository.on_demand.evict(("a", "b"))
+
+    async def scenario():
+        await core.infer(request("a"))
+        await core.infer(request("b"))
+        # An operator reloads b while the eviction runs: the reload waits for b's lock
+        # (taken with a's before the eviction's first wait), not the other way round.
+        both = asyncio.gather(placement_evicting_both(), repository.load("b"))
+        evicted, _ = await asyncio.wait_for(both, 30)
+        return evicted
+
+    assert asyncio.run(scenario()) == ["a", "b"]
+    assert states(core) == {"a": "UNAVAILABLE", "b": "READY"}
+    assert memory.ledger.used(CPU) == 100 * MB
 
 
 def test_the_budget_holds_over_a_thousand_random_requests_to_twenty_models(models_dir, on_demand):

@@ -57,9 +57,41 @@ def test_the_inventory_has_the_cpu_and_each_gpu_with_budgets_less_the_reserve():
     ]
     devices = read_inventory(
         Budget(bytes=8 * GiB), Budget(fraction=0.5), reserve=0.25,
-        host=lambda: (32 * GiB, 16 * GiB), gpus=lambda: gpus,
+        host=lambda: (32 * GiB, 16 * GiB), gpus=lambda: gpus, visible_gpus=lambda: 2,
     )  # fmt: skip
     assert [d.device for d in devices] == [Device("cpu"), Device("gpu", 0), Device("gpu", 1)]
     assert devices[0].budget_bytes == 6 * GiB  # 8 GiB less a quarter
     assert devices[1].budget_bytes == 30 * GiB  # half of 80 free, less a quarter
     assert devices[2].budget_bytes == int(22.5 * GiB)  # half of 60 free, less a quarter
+
+
+def test_gpus_are_numbered_as_the_frameworks_see_them(monkeypatch):
+    gpus = [GpuReading(i, f"GPU-{i}", 0.0, (i + 1) * 10 * GiB, 0) for i in range(4)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-1")
+    whole = Budget(fraction=1.0)
+    devices = read_inventory(
+        whole, whole, reserve=0.0, host=lambda: (GiB, GiB), gpus=lambda: gpus,
+        visible_gpus=lambda: 2,
+    )  # fmt: skip
+    assert [(d.device, d.total_bytes) for d in devices[1:]] == [
+        (Device("gpu", 0), 40 * GiB),  # physical GPU 3
+        (Device("gpu", 1), 20 * GiB),  # GPU-1 by its UUID
+    ]
+    # Without NVML: a budget in bytes holds; a fraction of unknown memory does not limit.
+    no_nvml = read_inventory(
+        whole, Budget(bytes=5 * GiB), reserve=0.0, host=lambda: (GiB, GiB), gpus=list,
+        visible_gpus=lambda: 1,
+    )  # fmt: skip
+    assert no_nvml[1].budget_bytes == 5 * GiB
+
+
+def test_page_cache_the_kernel_can_drop_is_not_counted_as_used(tmp_path: Path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n")
+    (tmp_path / "cgroup").write_text("0::/box\n")
+    box = tmp_path / "fs" / "box"
+    box.mkdir(parents=True)
+    (box / "memory.max").write_text(f"{4 * GiB}\n")
+    (box / "memory.current").write_text(f"{3 * GiB}\n")
+    (box / "memory.stat").write_text(f"anon {GiB}\ninactive_file {2 * GiB}\n")
+    assert host_memory(meminfo, tmp_path / "fs", tmp_path / "cgroup") == (4 * GiB, 3 * GiB)
