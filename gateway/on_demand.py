@@ -92,7 +92,8 @@ class OnDemand:
         if entry is not None and entry.ready_versions():
             return  # a load call got there first
         try:
-            await self.repository.load(name)
+            # After an eviction, as the last load call left it (its config override too).
+            await self.repository.load(name, entry.override if entry is not None else None)
         except NoRoom:
             raise  # the next request tries again: room may be free by then
         except GatewayError:

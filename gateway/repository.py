@@ -66,6 +66,8 @@ class ModelEntry:
     error: str = ""  # why the model as a whole (its config) could not load
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     failed_at: float | None = None  # on demand: when its last load failed (clock seconds)
+    # The config override of its last load call, which an on-demand reload keeps.
+    override: dict[str, Any] | None = None
     pinned: bool = False  # never evicted (its config's `pinned` parameter, or --pin-model)
 
     def ready_versions(self) -> list[int]:
@@ -260,6 +262,7 @@ class ModelRepository:
                 entry.error = self._relative(exc.message)  # the index shows why
                 raise
             entry.error = ""
+            entry.override = config_json
             entry.fingerprint = fingerprint(model_dir)
             old = entry.versions
             entry.versions = {

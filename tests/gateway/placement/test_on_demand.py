@@ -187,6 +187,22 @@ def test_an_eviction_of_two_models_does_not_deadlock_with_a_reload_of_one_of_the
     assert memory.ledger.used(CPU) == 100 * MB
 
 
+def test_a_model_evicted_after_a_load_with_a_config_override_comes_back_with_it(
+    models_dir, on_demand
+):
+    core = on_demand(models_dir({"a": sized(100), "b": sized(100)}), 150)
+    override = {"name": "a", "platform": "onnxruntime_onnx", "max_batch_size": 2,
+                "parameters": {"memory_bytes": {"string_value": "100MB"}}}  # fmt: skip
+
+    async def scenario():
+        await core.repository.load("a", override)
+        await core.infer(request("b"))  # a is evicted
+        assert states(core)["a"] == "UNAVAILABLE"
+        return await core.model_config("a")  # loads it again
+
+    assert asyncio.run(scenario()).max_batch_size == 2
+
+
 def test_the_budget_holds_over_a_thousand_random_requests_to_twenty_models(models_dir, on_demand):
     sizes = {f"m{i:02}": 50 + 10 * (i % 7) for i in range(20)}
     budget_mb = 400
