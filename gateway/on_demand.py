@@ -33,7 +33,8 @@ class OnDemand:
         found = []
         for name, entry in self.repository.models.items():
             models = [s.model for s in entry.versions.values() if s.model is not None]
-            if name == loading or entry.pinned or entry.lock.locked() or not models:
+            busy = entry.lock.locked() or entry.users
+            if name == loading or entry.pinned or busy or not models:
                 continue
             if any(m.scheduler.pending for m in models):
                 continue
@@ -47,8 +48,8 @@ class OnDemand:
         entries = []
         for name in names:
             entry = self.repository.models.get(name)
-            if entry is not None and not entry.lock.locked():
-                await entry.lock.acquire()  # free: taken at once
+            if entry is not None and not entry.lock.locked() and not entry.users:
+                await entry.lock.acquire()  # nobody holds or waits for it: taken at once
                 entries.append(entry)
         try:
             for entry in entries:
@@ -93,7 +94,8 @@ class OnDemand:
             return  # a load call got there first
         try:
             # After an eviction, as the last load call left it (its config override too).
-            await self.repository.load(name, entry.override if entry is not None else None)
+            override = entry.override if entry is not None else None
+            await self.repository.load(name, override, if_unloaded=True)
         except NoRoom:
             raise  # the next request tries again: room may be free by then
         except GatewayError:

@@ -65,6 +65,9 @@ class ModelEntry:
     fingerprint: tuple = ()  # what the files looked like when last loaded (poll mode)
     error: str = ""  # why the model as a whole (its config) could not load
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Loads and unloads that hold or wait for the lock, counted before they wait: a
+    # lock just released may still have a woken waiter, and eviction never waits.
+    users: int = 0
     failed_at: float | None = None  # on demand: when its last load failed (clock seconds)
     # The config override of its last load call, which an on-demand reload keeps.
     override: dict[str, Any] | None = None
@@ -222,7 +225,9 @@ class ModelRepository:
                 "(or on-demand)"
             )
 
-    async def load(self, name: str, config_json: dict[str, Any] | None = None) -> None:
+    async def load(
+        self, name: str, config_json: dict[str, Any] | None = None, if_unloaded: bool = False
+    ) -> None:
         """Load (or reload) a model's versions.
 
         Versions already serving go on serving while their replacements load, and
@@ -231,7 +236,8 @@ class ModelRepository:
         before = self._loaded(name)
         # Shielded: a caller that goes away (a cancelled gRPC call) must not stop a load
         # half way, with instances built and their bytes no longer booked.
-        loading = asyncio.ensure_future(self._load(name, config_json))
+        loading = asyncio.ensure_future(self._load(name, config_json, if_unloaded))
+        loading.add_done_callback(_retrieved)  # a failure after its caller went away
         try:
             await asyncio.shield(loading)
         except GatewayError as exc:  # messages leave the server without its paths
@@ -243,58 +249,72 @@ class ModelRepository:
     def _relative(self, message: str) -> str:
         return relative_to_repository(message, self._prefixes)
 
-    async def _load(self, name: str, config_json: dict[str, Any] | None) -> None:
+    async def _load(
+        self, name: str, config_json: dict[str, Any] | None, if_unloaded: bool = False
+    ) -> None:
         if not self.exists(name):
             raise NotFound(f"model '{name}' is not in the model repository")
         entry = self.models.setdefault(name, ModelEntry(name))
-        async with entry.lock:
+        entry.users += 1
+        try:
+            async with entry.lock:
+                if if_unloaded and entry.ready_versions():
+                    return  # another load got there first
+                await self._load_locked(name, entry, config_json)
+        finally:
+            entry.users -= 1
+
+    async def _load_locked(
+        self, name: str, entry: ModelEntry, config_json: dict[str, Any] | None
+    ) -> None:
+        """Load the versions of a model whose lock the caller holds."""
+        try:
+            model_dir = self.model_dir(name)
+            config = self._config(name, model_dir, config_json)
+            check_config_paths(config, model_dir)
+            await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
+            queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
+            wanted = versions_to_load(config, available_versions(model_dir))
+            if not wanted:
+                raise InvalidArgument(f"model '{name}' has no version directory")
+            pinned = name in self.memory.pinned or is_pinned(config)
+        except GatewayError as exc:
+            entry.error = self._relative(exc.message)  # the index shows why
+            raise
+        entry.error = ""
+        entry.override = config_json
+        entry.fingerprint = fingerprint(model_dir)
+        old = entry.versions
+        entry.versions = {
+            **old,
+            **{v: VersionState("LOADING") for v in wanted if not _ready(old.get(v))},
+        }
+        entry.pinned = pinned
+        new: dict[int, VersionState] = {}
+        errors = []
+        no_room = True  # every failure was for want of memory (SageMaker answers 507)
+        for version in wanted:
             try:
-                model_dir = self.model_dir(name)
-                config = self._config(name, model_dir, config_json)
-                check_config_paths(config, model_dir)
-                await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
-                queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
-                wanted = versions_to_load(config, available_versions(model_dir))
-                if not wanted:
-                    raise InvalidArgument(f"model '{name}' has no version directory")
-                pinned = name in self.memory.pinned or is_pinned(config)
-            except GatewayError as exc:
-                entry.error = self._relative(exc.message)  # the index shows why
-                raise
-            entry.error = ""
-            entry.override = config_json
-            entry.fingerprint = fingerprint(model_dir)
-            old = entry.versions
-            entry.versions = {
-                **old,
-                **{v: VersionState("LOADING") for v in wanted if not _ready(old.get(v))},
-            }
-            entry.pinned = pinned
-            new: dict[int, VersionState] = {}
-            errors = []
-            no_room = True  # every failure was for want of memory (SageMaker answers 507)
-            for version in wanted:
-                try:
-                    model = await self._load_version(name, model_dir, version, config)
-                except Exception as exc:  # any backend failure only fails this model
-                    reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-                    reason = self._relative(reason)
-                    log.error("model '%s' version %d failed to load: %s", name, version, reason)
-                    errors.append(reason)
-                    no_room = no_room and isinstance(exc, NoRoom)
-                    previous = old.get(version)
-                    new[version] = (
-                        previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
-                    )
-                else:
-                    new[version] = VersionState("READY", model=model)
-            entry.versions = new
-            await self._close_versions(
-                [s for v, s in old.items() if s.model and new.get(v) is not s]
-            )
-            if errors:
-                failure = NoRoom if no_room else Unavailable
-                raise failure(f"failed to load model '{name}': {'; '.join(errors)}")
+                model = await self._load_version(name, model_dir, version, config)
+            except Exception as exc:  # any backend failure only fails this model
+                reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+                reason = self._relative(reason)
+                log.error("model '%s' version %d failed to load: %s", name, version, reason)
+                errors.append(reason)
+                no_room = no_room and isinstance(exc, NoRoom)
+                previous = old.get(version)
+                new[version] = (
+                    previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
+                )
+            else:
+                new[version] = VersionState("READY", model=model)
+        entry.versions = new
+        await self._close_versions(
+            [s for v, s in old.items() if s.model and new.get(v) is not s]
+        )
+        if errors:
+            failure = NoRoom if no_room else Unavailable
+            raise failure(f"failed to load model '{name}': {'; '.join(errors)}")
 
     async def _load_version(
         self, name: str, model_dir: Path, version: int, config: mc.ModelConfig
@@ -329,8 +349,11 @@ class ModelRepository:
 
     async def unload(self, name: str) -> None:
         before = self._loaded(name)
+        # Shielded like a load: a cancelled caller must not leave versions UNLOADING.
+        unloading = asyncio.ensure_future(self._unload(name))
+        unloading.add_done_callback(_retrieved)
         try:
-            await self._unload(name)
+            await asyncio.shield(unloading)
         finally:
             if self._loaded(name) != before:
                 self._settle()
@@ -361,26 +384,37 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None:
             raise NotFound(f"unknown model '{name}'")
-        async with entry.lock:
-            await self.close_all(entry, reason)
+        entry.users += 1
+        try:
+            async with entry.lock:
+                await self.close_all(entry, reason)
+        finally:
+            entry.users -= 1
 
     async def close_all(self, entry: ModelEntry, reason: str) -> None:
         """Unload every version of a model whose lock the caller holds."""
         old = entry.versions
         for state in old.values():
             state.state = "UNLOADING"
-        await self._close_versions(list(old.values()))
-        entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
+        try:
+            await self._close_versions(list(old.values()))
+        finally:  # whatever a close raised, no version stays UNLOADING
+            entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
 
     async def _close_versions(self, states: list[VersionState]) -> None:
+        failure = None
         for state in states:
             if state.model is not None:
                 model, state.model = state.model, None
                 try:
                     await _drain(model)
                     await model.close()
+                except Exception as exc:  # the other versions are closed all the same
+                    failure = failure or exc
                 finally:  # its bytes are not booked forever, whatever happened
                     self.memory.released(model.footprints)
+        if failure is not None:
+            raise failure
 
     async def unload_all(self) -> None:
         # All at once: each unload mostly waits for a worker process to end.
@@ -416,6 +450,12 @@ def _check_version(version: str) -> None:
     alone would also take ' 1', '+1', '1_0' and '-1'."""
     if version and not (version.isascii() and version.isdigit()):
         raise InvalidArgument(f"model version must be a non-negative integer, got '{version[:60]}'")
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """Mark a shielded task's failure as seen: its caller may have gone away."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _drain(model: ModelVersion, timeout_s: float = 30.0) -> None:

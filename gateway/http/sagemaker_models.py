@@ -108,7 +108,11 @@ class SageMakerModels:
         if self._loaded(name) or name in self._loading:
             raise Conflict(f"model '{name}' is already loaded")
         model_dir = model_dir_of(request.get("url"), repository.root)
-        if name in repository.models and name not in repository.aliases:
+        # SageMaker's own layout puts the model under a directory of its name
+        # (<repository>/<name>/model/...): that is fine; a Triton model of that name is not.
+        own = repository.root / name
+        taken = name in repository.models or (_is_model_dir(own) and own.resolve() != model_dir)
+        if taken and name not in repository.aliases:
             raise Conflict(f"'{name}' is the name of a model in the repository; choose another")
         self._loading.add(name)
         repository.aliases[name] = model_dir

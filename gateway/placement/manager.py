@@ -171,8 +171,8 @@ class MemoryManager:
                 await self._evict(placement.evict, evict)
             if self.ledger.free(placement.device) >= needed:
                 return placement.device
-        self.ledger.place(name, needed, allowed, [])  # raises NoRoom with the sizes
-        return allowed[0]  # unreachable: the line above raised
+        # Room may have come free meanwhile; else NoRoom with the sizes.
+        return self.ledger.place(name, needed, allowed, []).device
 
     async def _load_and_measure(
         self,

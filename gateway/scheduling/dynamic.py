@@ -67,11 +67,10 @@ class DynamicBatcher:
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
         self.pending = 0  # accepted and not yet answered (queued or running)
-        # A backlog runs as batches of the largest preferred size (the planner's choice
-        # while it can reach one), else of max_batch_size, each with a run's fixed cost.
-        backlog_batch = max(self.batching.preferred_sizes, default=max_batch_size)
+        # A backlog runs as batches of max_batch_size rows (the planner sends a full batch
+        # before it looks at preferred sizes), each with a run's fixed cost.
         self.admission = Admission(
-            rules.model, len(pool.instances), queue_budget_ms, max_batch=max(backlog_batch, 1)
+            rules.model, len(pool.instances), queue_budget_ms, max_batch=max(max_batch_size, 1)
         )
         self._arrival = asyncio.Event()
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain

@@ -1,8 +1,8 @@
 """64 keep-alive HTTP connections hammering the infer route: every one keeps being served.
 
 64 clients are more than admission control exempts from the queue budget (8 an
-instance), so on a busy machine some answers may be fast 503s: an answer all the same.
-What must not happen is a connection that gets none."""
+instance), so on a busy machine some answers may be fast 503s with Retry-After, which
+the client sends again; what must not happen is a connection that never gets a 200."""
 
 from __future__ import annotations
 
@@ -32,15 +32,13 @@ def raw_infer_request() -> bytes:
     ).encode() + body
 
 
-async def hammer(port: int) -> tuple[list[int], int]:
-    """Answers per connection, and how many of them were 200."""
+async def hammer(port: int) -> list[int]:
+    """200s per connection."""
     request = raw_infer_request()
     answered = [0] * CONNECTIONS
-    succeeded = 0
     stop = time.monotonic() + SECONDS
 
     async def connection(index: int) -> None:
-        nonlocal succeeded
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         while time.monotonic() < stop:
             writer.write(request)
@@ -48,21 +46,21 @@ async def hammer(port: int) -> tuple[list[int], int]:
             refused = head.startswith(b"HTTP/1.1 503") and b"retry-after" in head.lower()
             if not (head.startswith(b"HTTP/1.1 200") or refused):
                 raise AssertionError(head + await reader.read(300))
-            succeeded += not refused
+
             length = next(
                 int(line.split(b":")[1])
                 for line in head.split(b"\r\n")
                 if line.lower().startswith(b"content-length:")
             )
             await reader.readexactly(length)
-            answered[index] += 1
+            answered[index] += not refused
         writer.close()
 
     await asyncio.gather(*(connection(i) for i in range(CONNECTIONS)))
-    return answered, succeeded
+    return answered
 
 
 def test_no_connection_starves(gateway):
-    answered, succeeded = asyncio.run(hammer(gateway.http_port))
+    answered = asyncio.run(hammer(gateway.http_port))
     assert min(answered) > 0, answered  # every connection was served, none stalled
-    assert succeeded > CONNECTIONS * 5
+    assert sum(answered) > CONNECTIONS * 5

@@ -23,13 +23,17 @@ def mme_repository(example_repository, tmp_path):
     return root
 
 
-def endpoint(server_factory, repository, *args: str) -> httpx.Client:
+def endpoint_and_server(server_factory, repository, *args: str):
     port = free_port()
-    server_factory(
+    server = server_factory(
         repository, "--model-control-mode", "explicit", "--sagemaker", "--sagemaker-port",
         str(port), *args,
     )  # fmt: skip
-    return httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60), server
+
+
+def endpoint(server_factory, repository, *args: str) -> httpx.Client:
+    return endpoint_and_server(server_factory, repository, *args)[0]
 
 
 def digits_body(rows: int = 2) -> dict:
@@ -107,7 +111,8 @@ def test_bad_loads_are_4xx(mme_repository, server_factory, tmp_path):
 
 def test_loads_and_unloads_need_the_admin_token_when_one_is_set(mme_repository, server_factory):
     url = str(mme_repository / "a1b2" / "model")
-    with endpoint(server_factory, mme_repository, "--admin-token", "s3cret") as client:
+    client, server = endpoint_and_server(server_factory, mme_repository, "--admin-token", "s3cret")
+    with client:
         refused = client.post("/models", json={"model_name": "m", "url": url})
         assert refused.status_code == 403 and "admin token" in refused.json()["error"]
         token = {"Authorization": "Bearer s3cret"}
@@ -115,7 +120,19 @@ def test_loads_and_unloads_need_the_admin_token_when_one_is_set(mme_repository, 
             .status_code == 200  # fmt: skip
         assert client.delete("/models/m").status_code == 403
         assert client.delete("/models/m", headers=token).status_code == 200
+        index = httpx.post(f"http://{server.http_url}/v2/repository/index", json={}).json()
+        assert "m" not in {row["name"] for row in index}  # the name is gone with it
         # The name is free again, for another model.
         other = str(mme_repository / "c3d4" / "model")
         again = client.post("/models", json={"model_name": "m", "url": other}, headers=token)
         assert again.status_code == 200, again.text
+
+
+def test_a_name_of_a_repository_model_is_refused(
+    mme_repository, server_factory, example_repository
+):
+    shutil.copytree(example_repository / "simple", mme_repository / "simple")
+    with endpoint(server_factory, mme_repository) as client:  # simple is not loaded
+        url = str(mme_repository / "a1b2" / "model")
+        reply = client.post("/models", json={"model_name": "simple", "url": url})
+        assert reply.status_code == 409 and "choose another" in reply.json()["error"]

@@ -187,6 +187,23 @@ def test_an_eviction_of_two_models_does_not_deadlock_with_a_reload_of_one_of_the
     assert memory.ledger.used(CPU) == 100 * MB
 
 
+def test_a_request_during_a_load_call_waits_for_that_load_instead_of_loading_again(
+    models_dir, on_demand
+):
+    core = on_demand(models_dir({"m": sized(100)}), 1000)
+
+    async def scenario():
+        call = asyncio.ensure_future(core.repository.load("m"))
+        await asyncio.sleep(0)  # the load call has the model's lock
+        answer = await core.infer(request("m", 3))
+        await call
+        return answer
+
+    answer = asyncio.run(scenario())
+    np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 3), 3))
+    assert core.repository.memory.stats.loads == 1
+
+
 def test_a_model_evicted_after_a_load_with_a_config_override_comes_back_with_it(
     models_dir, on_demand
 ):
