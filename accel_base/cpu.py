@@ -45,24 +45,39 @@ def cgroup_cpu_limit(
 ) -> int | None:
     """ceil(quota / period) of the strictest CPU quota on the process's cgroup or one of
     its ancestors (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`); None when none is set."""
+    limits = [
+        _v2_limit(directory) if v2 else _v1_limit(directory)
+        for v2, directory in cgroup_directories("cpu", cgroup_root, proc_cgroup)
+    ]
+    found = [limit for limit in limits if limit is not None]
+    return min(found) if found else None
+
+
+def cgroup_directories(
+    controller: str, cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP
+) -> list[tuple[bool, Path]]:
+    """(whether cgroup v2, directory) of every cgroup whose `controller` limits apply to
+    this process: its own and its ancestors', in v2 and in v1's hierarchy of that
+    controller; empty where /proc says nothing."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
-        return None
-    limits = []
+        return []
+    found = []
     for line in lines:
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
         hierarchy, controllers, path = parts
         if hierarchy == "0" and controllers == "":  # v2; hybrid systems mount it at unified/
-            for mount in (cgroup_root, cgroup_root / "unified"):
-                limits += [_v2_limit(d) for d in with_ancestors(mount, path)]
-        elif "cpu" in controllers.split(","):  # v1, mounted as cpu,cpuacct/ or cpu/
-            for mount in (cgroup_root / controllers, cgroup_root / "cpu"):
-                limits += [_v1_limit(d) for d in with_ancestors(mount, path)]
-    found = [limit for limit in limits if limit is not None]
-    return min(found) if found else None
+            mounts, v2 = [cgroup_root, cgroup_root / "unified"], True
+        elif controller in controllers.split(","):  # v1, mounted as cpu,cpuacct/ or cpu/
+            mounts = list(dict.fromkeys([cgroup_root / controllers, cgroup_root / controller]))
+            v2 = False
+        else:
+            continue
+        found += [(v2, d) for mount in mounts for d in with_ancestors(mount, path)]
+    return found
 
 
 def with_ancestors(mount: Path, path: str) -> list[Path]:

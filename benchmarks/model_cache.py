@@ -67,9 +67,11 @@ class Client:
         self.sock.close()
 
 
-def get(port: int, path: str) -> bytes:
+def fetch(port: int, method: str, path: str, body: bytes = b"") -> bytes:
+    """The body of one answer on a connection of its own (metrics, the index)."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        sock.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
         chunks = []
         while chunk := sock.recv(1 << 20):
             chunks.append(chunk)
@@ -102,7 +104,7 @@ def run(port: int, sequence: list[str], metrics_port: int):
             latencies.append(time.perf_counter() - began)
             if status != 200:
                 raise RuntimeError(f"{model}: HTTP {status}: {body[:300]!r}")
-            text = get(metrics_port, "/metrics").decode()
+            text = fetch(metrics_port, "GET", "/metrics").decode()
             now = metric(text, "accel_gateway_model_cache_misses")
             cold.append(now > misses)
             misses = now
@@ -114,23 +116,11 @@ def run(port: int, sequence: list[str], metrics_port: int):
 
 
 def footprints(port: int) -> dict[str, int]:
-    index = json.loads(get_post(port, "/v2/repository/index"))
+    index = json.loads(fetch(port, "POST", "/v2/repository/index", b"{}"))
     return {
         row["name"]: max(row["memory"]["predicted_bytes"], row["memory"]["measured_bytes"] or 0)
         for row in index if "memory" in row
     }  # fmt: skip
-
-
-def get_post(port: int, path: str) -> bytes:
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
-            .encode()
-        )  # fmt: skip
-        chunks = []
-        while chunk := sock.recv(1 << 20):
-            chunks.append(chunk)
-    return b"".join(chunks).partition(b"\r\n\r\n")[2]
 
 
 def ms(seconds: float) -> str:

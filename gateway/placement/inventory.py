@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_base.cpu import CGROUP_ROOT, PROC_CGROUP, with_ancestors
+from accel_base.cpu import CGROUP_ROOT, PROC_CGROUP, cgroup_directories
 from backends.base import Device
 from gateway.gpu import GpuReading, gpu_count, read_gpus
 from gateway.placement.sizes import Budget, format_bytes
@@ -64,33 +64,22 @@ def host_memory(
 
 
 def _cgroup_limits(cgroup_root: Path, proc_cgroup: Path) -> list[tuple[int, int]]:
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return []
+    """(limit, usage) of every cgroup memory limit on this process."""
     found = []
-    for line in lines:
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":
+    for v2, directory in cgroup_directories("memory", cgroup_root, proc_cgroup):
+        if v2:
             files = ("memory.max", "memory.current", "inactive_file")
-            mounts = [cgroup_root, cgroup_root / "unified"]
-        elif "memory" in controllers.split(","):
-            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-            mounts = [cgroup_root / "memory"]
         else:
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        try:
+            limit_text = (directory / files[0]).read_text().strip()
+            usage = int((directory / files[1]).read_text())
+        except (OSError, ValueError):
             continue
-        for mount in mounts:
-            for directory in with_ancestors(mount, path):
-                try:
-                    limit_text = (directory / files[0]).read_text().strip()
-                    usage = int((directory / files[1]).read_text())
-                except (OSError, ValueError):
-                    continue
-                # v2 says "max"; v1 says a huge number, past any real memory.
-                if limit_text.isdigit() and int(limit_text) < 2**60:
-                    # Page cache the kernel drops first is counted as used; it is not.
-                    found.append((int(limit_text), usage - _stat(directory, files[2])))
+        # v2 says "max"; v1 says a huge number, past any real memory.
+        if limit_text.isdigit() and int(limit_text) < 2**60:
+            # Page cache the kernel drops first is counted as used; it is not.
+            found.append((int(limit_text), usage - _stat(directory, files[2])))
     return found
 
 
