@@ -24,6 +24,7 @@ from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
 from gateway.model import ModelVersion
 from gateway.repository import ModelRepository
+from gateway.routing.router import RouterModel
 from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shedding import LoopShedder
 
@@ -170,14 +171,15 @@ class InferenceCore:
     # ---- statistics ------------------------------------------------------------------
 
     def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """The statistics extension's rows; a router's also carry its "variants"."""
         if not name:
-            return [m.stats.as_dict() for m in self.repository.ready_models()]
+            return [_statistics(m) for m in self.repository.ready_models()]
         if version:
-            return [self.repository.get(name, version).stats.as_dict()]
+            return [_statistics(self.repository.get(name, version))]
         entry = self.repository.models.get(name)
         if entry is None or not entry.ready_versions():
             raise NotFound(f"unknown model '{name}' or it has no ready version")
-        return [entry.versions[v].model.stats.as_dict() for v in entry.ready_versions()]  # type: ignore[union-attr]
+        return [_statistics(entry.versions[v].model) for v in entry.ready_versions()]
 
     # ---- repository ------------------------------------------------------------------
 
@@ -221,3 +223,10 @@ class InferenceCore:
     async def unload_model(self, name: str, token: str | None) -> None:
         self.check_admin(token)
         await self.repository.unload(name)
+
+
+def _statistics(model: Any) -> dict[str, Any]:
+    row = model.stats.as_dict()
+    if isinstance(model, RouterModel):
+        row.update(model.variants())
+    return row

@@ -49,6 +49,9 @@ class InferRequest:
     # When the caller stops waiting (time.monotonic() seconds), e.g. a gRPC deadline;
     # the request's own `timeout` parameter may make it earlier (admission.deadline_of).
     deadline: float | None = None
+    # Looks up an HTTP header or gRPC metadata value by its lower-case name (a router's
+    # sticky key may come that way); None where the front gives none.
+    header: Callable[[str], str | None] | None = None
 
 
 @dataclass(slots=True)

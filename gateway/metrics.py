@@ -13,6 +13,7 @@ from collections.abc import Callable
 from gateway.gpu import GpuReading, read_gpus
 from gateway.placement.metrics import memory_families
 from gateway.repository import ModelRepository
+from gateway.routing.metrics import routing_families
 from gateway.scheduling.process_instance import ProcessInstance
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -102,7 +103,7 @@ def _worker_families(models) -> list[str]:
     """Per worker-process instance: whether its worker runs, and how often one ended unasked."""
     up, ended = [], []
     for model in models:
-        for instance in model.pool.instances:
+        for instance in model.instances:
             if isinstance(instance, ProcessInstance):
                 labels = {"model": model.name, "version": str(model.version),
                           "instance": instance.name}  # fmt: skip
@@ -161,7 +162,7 @@ def render(
         for reason in FAILURE_REASONS:
             count = model.stats.failure_reasons.get(reason, 0)
             failures.append(({**labels, "reason": reason}, count))
-        pending.append((labels, model.scheduler.pending))
+        pending.append((labels, model.pending))
     families.append(
         _family(
             "nv_inference_request_failure",
@@ -181,6 +182,7 @@ def render(
     families.append(_batch_size_histogram(models))
     families += _worker_families(models)
     families += memory_families(repository.memory, models, _family, _labels)
+    families += routing_families(models, _family, _labels)
     families += _gpu_families(read_gpus())
     return "\n".join(families) + "\n"
 

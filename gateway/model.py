@@ -100,6 +100,25 @@ def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default
     return artifact
 
 
+def model_metadata(config: mc.ModelConfig, versions: list[int]) -> dict[str, Any]:
+    """The V2 model metadata of a model with this config and these ready versions."""
+    batch = [-1] if config.max_batch_size > 0 else []
+
+    def tensors(declared) -> list[dict[str, Any]]:
+        return [
+            {"name": t.name, "datatype": v2_datatype(t.data_type), "shape": batch + list(t.dims)}
+            for t in declared
+        ]
+
+    return {
+        "name": config.name,
+        "versions": [str(v) for v in versions],
+        "platform": platform_of(config),
+        "inputs": tensors(config.input),
+        "outputs": tensors(config.output),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class LoadPlan:
     config: mc.ModelConfig  # a copy, completed from the artifact as the first instance loads
@@ -258,25 +277,16 @@ class ModelVersion:
         return relative_to_repository(message, self._prefixes)
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
-        batch = [-1] if self.config.max_batch_size > 0 else []
+        return model_metadata(self.config, versions)
 
-        def tensors(declared) -> list[dict[str, Any]]:
-            return [
-                {
-                    "name": t.name,
-                    "datatype": v2_datatype(t.data_type),
-                    "shape": batch + list(t.dims),
-                }
-                for t in declared
-            ]
+    @property
+    def pending(self) -> int:
+        """Requests accepted by the scheduler and not yet answered."""
+        return self.scheduler.pending
 
-        return {
-            "name": self.name,
-            "versions": [str(v) for v in versions],
-            "platform": platform_of(self.config),
-            "inputs": tensors(self.config.input),
-            "outputs": tensors(self.config.output),
-        }
+    @property
+    def instances(self) -> list[Any]:
+        return self.pool.instances
 
     async def close(self) -> None:
         """Stop the scheduler, then free the instances (on a worker thread)."""

@@ -36,8 +36,8 @@ class OnDemand:
             busy = entry.lock.locked() or entry.users
             if name == loading or entry.pinned or busy or not models:
                 continue
-            if any(m.scheduler.pending for m in models):
-                continue
+            if any(m.pending for m in models) or not any(m.footprints for m in models):
+                continue  # busy, or nothing to free (a router)
             found.append(Candidate(name, max(m.last_used for m in models)))
         return found
 

@@ -34,6 +34,9 @@ from gateway.placement.inventory import read_inventory
 from gateway.placement.ledger import NoRoom
 from gateway.placement.manager import MemoryManager
 from gateway.repository_index import index_rows
+from gateway.routing.config import is_router
+from gateway.routing.loading import load_router
+from gateway.routing.router import RouterModel
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
 from gateway.sealing import (
@@ -192,6 +195,33 @@ class ModelRepository:
     async def get_on_demand(self, name: str, version: str, missing: GatewayError) -> ModelVersion:
         return await self.on_demand.get(name, version, missing)
 
+    async def serving(self, name: str, version: str = "") -> ModelVersion:
+        """The ready model version a request goes to; on demand, loaded first if need be."""
+        try:
+            return self.get(name, version)
+        except (NotFound, Unavailable) as missing:
+            return await self.get_on_demand(name, version, missing)
+
+    async def _load_variant(self, router: str, name: str, version: str) -> ModelVersion:
+        """A router's variant, loaded now if it is not (as its last load left it)."""
+        if not self.exists(name):
+            raise InvalidArgument(
+                f"router '{router}': variant '{name}' is not in the model repository"
+            )
+        entry = self.models.get(name)
+        if entry is None or not entry.ready_versions():
+            if is_router(read_config(self.model_dir(name))):
+                raise InvalidArgument(
+                    f"router '{router}': variant '{name}' is a router; variants must be models"
+                )
+            await self.load(name, entry.override if entry else None, if_unloaded=True)
+        model = self.get(name, version)
+        if isinstance(model, RouterModel):
+            raise InvalidArgument(
+                f"router '{router}': variant '{name}' is a router; variants must be models"
+            )
+        return model
+
     # ---- loading -------------------------------------------------------------------
 
     async def load_startup_models(self, names: list[str]) -> None:
@@ -215,7 +245,16 @@ class ModelRepository:
                 except GatewayError as exc:
                     log.error("model '%s' did not load: %s", name, exc.message)
 
-        await asyncio.gather(*(load(name) for name in targets))
+        # Routers last: they find their variants loaded (or failed, with the reason).
+        routers = [name for name in targets if self._router_on_disk(name)]
+        await asyncio.gather(*(load(name) for name in targets if name not in routers))
+        await asyncio.gather(*(load(name) for name in routers))
+
+    def _router_on_disk(self, name: str) -> bool:
+        try:
+            return is_router(read_config(self.model_dir(name)))
+        except GatewayError:
+            return False  # its own load says what is wrong
 
     def check_management_allowed(self) -> None:
         if self.control_mode not in MANAGED_MODES:
@@ -275,6 +314,8 @@ class ModelRepository:
             await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
             wanted = versions_to_load(config, available_versions(model_dir))
+            if not wanted and is_router(config):
+                wanted = [1]  # a router needs no version directory
             if not wanted:
                 raise InvalidArgument(f"model '{name}' has no version directory")
             pinned = name in self.memory.pinned or is_pinned(config)
@@ -319,7 +360,10 @@ class ModelRepository:
     async def _load_version(
         self, name: str, model_dir: Path, version: int, config: mc.ModelConfig
     ) -> ModelVersion:
-        """Placed, loaded, warmed up and measured (gateway/placement/manager.py)."""
+        """Placed, loaded, warmed up and measured (gateway/placement/manager.py); a
+        router has its variants loaded instead (gateway/routing)."""
+        if is_router(config):
+            return await load_router(config, version, self._load_variant, self.serving)
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
 
         def load(devices: list) -> ModelVersion:
@@ -462,5 +506,5 @@ async def _drain(model: ModelVersion, timeout_s: float = 30.0) -> None:
     """Let requests already accepted finish before the instances go away."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while model.scheduler.pending and loop.time() < deadline:
+    while model.pending and loop.time() < deadline:
         await asyncio.sleep(0.01)

@@ -30,7 +30,7 @@ class DynamicBatching:
     preferred_batch_sizes: tuple[int, ...] = ()
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     # Text-format strings use C-style escapes; names are ours, but stay correct regardless.
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
@@ -42,7 +42,7 @@ def _tensor_block(field: str, tensors: Sequence[TensorConfig]) -> list[str]:
         dims = ", ".join(str(d) for d in t.dims)
         entries.append(
             "  {\n"
-            f"    name: {_quote(t.name)}\n"
+            f"    name: {quote(t.name)}\n"
             f"    data_type: {t.data_type}\n"
             f"    dims: [ {dims} ]\n"
             "  }"
@@ -67,8 +67,8 @@ def _parameters_block(parameters: Mapping[str, str]) -> list[str]:
     for key, value in parameters.items():
         lines += [
             "parameters {",
-            f"  key: {_quote(key)}",
-            f"  value: {{ string_value: {_quote(value)} }}",
+            f"  key: {quote(key)}",
+            f"  value: {{ string_value: {quote(value)} }}",
             "}",
         ]
     return lines
@@ -87,9 +87,9 @@ def model_config_text(
     """Render a ModelConfig; empty ``inputs``/``outputs`` are omitted so the server completes
     them from the model file. ``dynamic_batching``/``parameters`` are written only when given.
     ``backend`` (e.g. "tvm") replaces ``platform`` for backends Triton names that way."""
-    kind = f"backend: {_quote(backend)}" if backend else f"platform: {_quote(platform)}"
+    kind = f"backend: {quote(backend)}" if backend else f"platform: {quote(platform)}"
     lines = [
-        f"name: {_quote(name)}",
+        f"name: {quote(name)}",
         kind,
         f"max_batch_size: {max_batch_size}",
     ]

@@ -49,6 +49,13 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
     return wrapper
 
 
+def _metadata_value(context: grpc.aio.ServicerContext, name: str) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == name and isinstance(value, str):
+            return value
+    return None
+
+
 def _token(context: grpc.aio.ServicerContext) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == "authorization" and value.lower().startswith("bearer "):
@@ -95,12 +102,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelStatistics(self, request, context):
         stats = self.core.statistics(request.name, request.version)
-        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
+        # A router's "variants" has no field in the proto: HTTP's statistics carry it.
+        return json_format.ParseDict(
+            {"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
+        )
 
     @_rpc
     async def ModelInfer(self, request, context):
         self.core.shedder.check()  # before decoding: a refusal must cost little
         infer_request = decode_request(request, self.core.shared_memory.input_array)
+        infer_request.header = functools.partial(_metadata_value, context)
         remaining = context.time_remaining()  # None without a deadline
         if remaining is not None:
             infer_request.deadline = time.monotonic() + remaining
@@ -118,6 +129,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(message: pb.ModelInferRequest) -> None:
             try:
                 request = decode_request(message, self.core.shared_memory.input_array)
+                request.header = functools.partial(_metadata_value, context)
                 response = encode_response(await self.core.infer(request))
                 await results.put(pb.ModelStreamInferResponse(infer_response=response))
             except GatewayError as exc:

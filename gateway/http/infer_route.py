@@ -7,6 +7,7 @@ handler reads the ASGI messages directly; every other route stays in FastAPI.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,7 @@ from gateway.core import InferenceCore
 from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
+from gateway.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,11 @@ def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
     if cycle is None or not hasattr(cycle, "disconnected"):
         return None
     return lambda: cycle.disconnected
+
+
+def _header_value(headers: dict[bytes, bytes], name: str) -> str | None:
+    value = headers.get(name.lower().encode("latin-1"))
+    return value.decode("latin-1") if value is not None else None
 
 
 async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
@@ -80,9 +87,13 @@ async def serve_infer(
         core.shared_memory.input_array,
     )
     request.client_gone = disconnect_probe(receive)
+    request.header = functools.partial(_header_value, headers)
     response = await core.infer(request)
     payload, json_length = encode_response(response, request)
     reply_headers = []
+    variant = response.parameters.get(VARIANT_PARAMETER)
+    if variant is not None:  # a router answered: which of its variants did
+        reply_headers.append((VARIANT_HEADER, str(variant).encode()))
     if json_length is None:
         reply_headers.append((b"content-type", b"application/json"))
     else:

@@ -23,6 +23,7 @@ from typing import Any
 from accel_base.errors import Unavailable
 from backends.base import Device
 from gateway.gpu import process_gpu_bytes
+from gateway.histogram import Histogram
 from gateway.placement.footprint import resident_bytes
 from gateway.placement.inventory import DeviceMemory
 from gateway.placement.ledger import Candidate, Ledger, NoRoom
@@ -46,24 +47,6 @@ class Footprint:
     device: Device
     predicted: int
     measured: int | None = None
-
-
-class Histogram:
-    """Counts of observations per bucket (upper bounds; one more for the rest) and their sum."""
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.sum += value
-        index = next((i for i, bound in enumerate(self.bounds) if value <= bound), -1)
-        self.counts[index] += 1
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
 
 
 @dataclass(slots=True)

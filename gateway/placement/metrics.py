@@ -6,21 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.placement.manager import Histogram, MemoryManager
+from gateway.histogram import render_histogram
+from gateway.placement.manager import MemoryManager
 
 Family = Callable[[str, str, str, list[tuple[dict, Any]]], str]
-
-
-def _histogram(name: str, documentation: str, histogram: Histogram, labels: Callable) -> str:
-    lines = [f"# HELP {name} {documentation}", f"# TYPE {name} histogram"]
-    running = 0
-    for bound, count in zip(histogram.bounds, histogram.counts, strict=False):
-        running += count
-        lines.append(f"{name}_bucket{labels({'le': f'{bound:g}'})} {running}")
-    lines.append(f"{name}_bucket{labels({'le': '+Inf'})} {histogram.count}")
-    lines.append(f"{name}_sum{labels({})} {histogram.sum:.6f}")
-    lines.append(f"{name}_count{labels({})} {histogram.count}")
-    return "\n".join(lines)
 
 
 def memory_families(memory: MemoryManager, models: list, family: Family, labels) -> list[str]:
@@ -49,9 +38,9 @@ def memory_families(memory: MemoryManager, models: list, family: Family, labels)
                [({}, stats.loads)]),
         family("accel_gateway_model_load_failures", "Model version loads that failed",
                "counter", [({}, stats.load_failures)]),
-        _histogram("accel_gateway_model_load_duration_seconds",
-                   "Seconds a model version took to place, load and warm up",
-                   stats.load_seconds, labels),
+        render_histogram("accel_gateway_model_load_duration_seconds",
+                         "Seconds a model version took to place, load and warm up",
+                         [({}, stats.load_seconds)], labels),
         family("accel_gateway_model_cache_hits",
                "Requests whose model was loaded when they came", "counter",
                [({}, stats.hits)]),
@@ -63,6 +52,7 @@ def memory_families(memory: MemoryManager, models: list, family: Family, labels)
                [({}, round(stats.wait_s, 6))]),
         family("accel_gateway_model_evictions", "Models evicted to make room", "counter",
                [({}, stats.evictions)]),
-        _histogram("accel_gateway_model_eviction_age_seconds",
-                   "Seconds an evicted model had been loaded", stats.eviction_ages, labels),
+        render_histogram("accel_gateway_model_eviction_age_seconds",
+                         "Seconds an evicted model had been loaded",
+                         [({}, stats.eviction_ages)], labels),
     ]  # fmt: skip

@@ -1,0 +1,129 @@
+"""A loaded router model: each request goes to one variant chosen by weight (or by its
+sticky key), answers under the router's name with the variant named, and may be copied
+to the router's shadows. Toward the repository, the core and the metrics it has the
+face of a ModelVersion, with no instances and no bytes of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from accel_base.errors import GatewayError
+from accel_base.proto import model_config_pb2 as mc
+from gateway.inference import InferRequest, InferResponse
+from gateway.model import model_metadata
+from gateway.routing.shadow import DEFAULT_MAX_IN_FLIGHT, Shadow, Shadows
+from gateway.routing.stats import VariantStats
+from gateway.routing.table import Route, RouteTable
+from gateway.statistics import ModelStatistics
+
+# The response parameter, and the HTTP header, that name the variant which answered.
+VARIANT_PARAMETER = "variant"
+VARIANT_HEADER = b"accel-variant"
+
+Resolve = Callable[[str, str], Awaitable[Any]]  # (model, version) -> a ready model
+
+
+class RouterModel:
+    instances: tuple = ()  # it runs nothing itself
+
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        version: int,
+        routes: list[Route],
+        shadows: list[Shadow],
+        resolve: Resolve,
+    ) -> None:
+        """`config`: the router's own, completed with its variants' signature
+        (routing.config.router_config); `routes` and `shadows` from its routing section;
+        `resolve` gives a variant's ready model."""
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.stats = ModelStatistics(config.name, str(version))
+        self.last_used = time.monotonic()
+        self.footprints: list[Any] = []
+        self.resolve = resolve
+        self.routes = routes
+        self.table = RouteTable(routes)
+        self.sticky_key = config.routing.sticky_key
+        self.variant_stats = {route: VariantStats() for route in routes}
+        limit = config.routing.max_shadow_in_flight or DEFAULT_MAX_IN_FLIGHT
+        self.shadows = Shadows(shadows, limit, resolve)
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """Requests routed and not yet answered (unload waits for them)."""
+        return self._pending
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        return None  # each request finds out whether its variant is ready
+
+    def choose(self, request: InferRequest) -> Route:
+        return self.table.choose(self._sticky_value(request))
+
+    def _sticky_value(self, request: InferRequest) -> str | None:
+        key = self.sticky_key
+        if not key:
+            return None
+        value = request.parameters.get(key)
+        if value is not None:
+            return str(value)
+        return request.header(key) if request.header is not None else None
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        self.last_used = time.monotonic()
+        route = self.choose(request)
+        stats = self.variant_stats[route]
+        forwarded = dataclasses.replace(
+            request, model_name=route.model, model_version=route.version
+        )
+        copies = self.shadows.take(request) if self.shadows.shadows else []
+        self._pending += 1
+        start = time.perf_counter_ns()
+        response = None
+        try:
+            model = await self.resolve(route.model, route.version)
+            response = await model.infer(forwarded)
+        except GatewayError:
+            elapsed = time.perf_counter_ns() - start
+            stats.requests += 1
+            stats.failures += 1
+            self.stats.record_failure(elapsed, "OTHER")
+            raise
+        finally:
+            self._pending -= 1
+            if copies:
+                self.shadows.send(copies, response)
+        elapsed = time.perf_counter_ns() - start
+        stats.requests += 1
+        stats.latency.observe(elapsed / 1e9)
+        self.stats.record_success(elapsed, 0)
+        response.parameters[VARIANT_PARAMETER] = route.model
+        response.model_name = self.name
+        response.model_version = str(self.version)
+        return response
+
+    def metadata(self, versions: list[int]) -> dict[str, Any]:
+        return model_metadata(self.config, versions)
+
+    def variants(self) -> dict[str, Any]:
+        """Per-variant figures for the statistics extension's answer."""
+        rows = [
+            {"model": r.model, "version": r.version, "weight": r.weight, **s.as_dict()}
+            for r, s in self.variant_stats.items()
+        ]
+        for shadow in self.shadows.shadows:
+            rows.append(
+                {"model": shadow.model, "version": shadow.version, "shadow": True,
+                 "sample_rate": shadow.sample_rate, **shadow.stats.as_dict()}
+            )  # fmt: skip
+        return {"variants": rows}
+
+    async def close(self) -> None:
+        await self.shadows.close()

@@ -1,0 +1,72 @@
+"""Per-variant counters of a router: what each variant served, and how its shadows agreed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.histogram import Histogram
+from gateway.routing.agreement import Agreement
+
+# Seconds; the same bounds for every variant so that their histograms compare.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+# A comparison's largest absolute difference, decade by decade.
+ERROR_BUCKETS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+@dataclass(slots=True)
+class VariantStats:
+    """Requests a variant served for its router (primaries), or copies it ran (shadows)."""
+
+    requests: int = 0
+    failures: int = 0
+    latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "failures": self.failures,
+            "latency_s": {"count": self.latency.count, "sum": round(self.latency.sum, 6)},
+        }
+
+
+@dataclass(slots=True)
+class ShadowStats(VariantStats):
+    """A shadow's copies (`requests`, `failures`, `latency` as for a primary) and how its
+    outputs compared with the primary's."""
+
+    dropped: int = 0  # copies not sent: the router's shadows had too many in flight
+    compared: int = 0  # copies whose primary and shadow both answered
+    within_tolerance: int = 0
+    top1_compared: int = 0
+    top1_agreed: int = 0
+    incomparable: int = 0  # an output missing or shaped differently
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    abs_errors: Histogram = field(default_factory=lambda: Histogram(ERROR_BUCKETS))
+
+    def record(self, agreement: Agreement) -> None:
+        self.compared += 1
+        self.within_tolerance += agreement.within_tolerance
+        if agreement.top1 is not None:
+            self.top1_compared += 1
+            self.top1_agreed += agreement.top1
+        if agreement.mismatch:
+            self.incomparable += 1
+            return  # an infinite error would say nothing more than the count
+        self.max_abs_error = max(self.max_abs_error, agreement.max_abs_error)
+        self.max_rel_error = max(self.max_rel_error, agreement.max_rel_error)
+        self.abs_errors.observe(agreement.max_abs_error)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **VariantStats.as_dict(self),
+            "dropped": self.dropped,
+            "compared": self.compared,
+            "within_tolerance": self.within_tolerance,
+            "top1_compared": self.top1_compared,
+            "top1_agreed": self.top1_agreed,
+            "incomparable": self.incomparable,
+            "max_abs_error": self.max_abs_error,
+            "max_rel_error": self.max_rel_error,
+        }
