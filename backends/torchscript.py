@@ -18,6 +18,7 @@ import torch
 from accel_base.errors import Internal
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
+from backends.parameters import bool_parameter
 from backends.torch_common import (
     V2_TO_TORCH,
     apply_thread_parameters,
@@ -50,7 +51,6 @@ def positions(names: list[str], forward_args: list[str] | None = None) -> dict[s
 
 
 class TorchScriptBackend(Backend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         if len(config.input) == 0 or len(config.output) == 0:
@@ -60,6 +60,10 @@ class TorchScriptBackend(Backend):
             )
         self._device = torch_device(device, config.name)
         apply_thread_parameters(config)
+        # Triton's parameter: the profiling executor fuses and compiles kernels for each of
+        # the first batch sizes it meets (about 1 s each for ResNet-50 on an H100, against
+        # 4 ms a run after), which a dynamic batcher's varying sizes keep meeting.
+        self._optimized = not bool_parameter(config, "DISABLE_OPTIMIZED_EXECUTION", False)
         try:
             # The TorchScript loader reads only TorchScript's own format, never a Python pickle.
             module = torch.jit.load(str(artifact), map_location=self._device)
@@ -102,7 +106,7 @@ class TorchScriptBackend(Backend):
 
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
         args = [to_torch(inputs[n], self._datatypes[n], self._device) for n in self._input_order]
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.jit.optimized_execution(self._optimized):
             result = self._module(*args)
         return {name: to_numpy(self._pick(result, name)) for name in output_names}
 

@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,9 @@ class ModelVersion:
         self.pool = InstancePool(instances, config.name)
         self.last_used = time.monotonic()  # for eviction: least recently used goes first
         self.footprints: list[Any] = []  # placement.manager.Footprint of each instance
+        # On demand: called when the last request in flight is answered, since a load
+        # waiting for room may evict this model now (gateway/placement/room.py).
+        self.on_idle: Callable[[], None] | None = None
         rules = RequestRules.from_config(config)
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         budget_ms = queue_budget(config, queue_budget_ms)
@@ -272,6 +276,9 @@ class ModelVersion:
             exc.message = self._relative(exc.message)
             exc.args = (exc.message,)
             raise
+        finally:
+            if self.on_idle is not None and not self.scheduler.pending:
+                self.on_idle()
 
     def _relative(self, message: str) -> str:
         return relative_to_repository(message, self._prefixes)

@@ -27,17 +27,18 @@ class OnDemand:
     def __init__(self, repository: ModelRepository) -> None:
         self.repository = repository
 
-    def candidates(self, loading: str) -> list[Candidate]:
+    def candidates(self, loading: str, busy_too: bool = False) -> list[Candidate]:
         """Models that may make room for `loading`: loaded, idle (nothing queued or
-        running), not pinned, and not being loaded or unloaded themselves."""
+        running), not pinned, and not being loaded or unloaded themselves; `busy_too`:
+        those that are busy now as well (the room a load may wait for)."""
         found = []
         for name, entry in self.repository.models.items():
             models = [s.model for s in entry.versions.values() if s.model is not None]
-            busy = entry.lock.locked() or entry.users
-            if name == loading or entry.pinned or busy or not models:
+            busy = entry.lock.locked() or entry.users or any(m.pending for m in models)
+            if name == loading or entry.pinned or (busy and not busy_too) or not models:
                 continue
-            if any(m.pending for m in models) or not any(m.footprints for m in models):
-                continue  # busy, or nothing to free (a router)
+            if not any(m.footprints for m in models):
+                continue  # nothing to free (a router)
             found.append(Candidate(name, max(m.last_used for m in models)))
         return found
 
@@ -103,7 +104,6 @@ class OnDemand:
                 self.repository.models[name].failed_at = time.monotonic()
             raise
         self.repository.models[name].failed_at = None
-
 
 
 def _failure(entry: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.placement.manager import memory_summary
+from gateway.placement.footprint import memory_summary
 
 if TYPE_CHECKING:
     from gateway.repository import ModelRepository

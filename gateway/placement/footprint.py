@@ -17,12 +17,15 @@ manager measures with no other thread-instance load under way.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from backends.parameters import string_parameter
+from gateway.gpu import process_gpu_bytes
 from gateway.placement.sizes import parse_bytes
 
 log = logging.getLogger(__name__)
@@ -97,3 +100,36 @@ def resident_bytes(pid: int | str = "self", peak: bool = False) -> int:
     except OSError:
         pass
     return 0
+
+
+@dataclass(slots=True)
+class Footprint:
+    """One instance's place and bytes, as the index and the metrics show them."""
+
+    key: str  # the ledger's booking
+    device: Device
+    predicted: int
+    measured: int | None = None
+
+
+def memory_summary(footprints: list[Footprint]) -> dict[str, Any]:
+    """A loaded version's bytes as the repository index shows them: predicted and
+    measured side by side, so that the prediction's error is visible."""
+    measured = [f.measured for f in footprints]
+    return {
+        "devices": [str(f.device) for f in footprints],
+        "predicted_bytes": sum(f.predicted for f in footprints),
+        "measured_bytes": None if None in measured else sum(m or 0 for m in measured),
+    }
+
+
+def worker_bytes(instance: Any, device: Device) -> int | None:
+    """A worker's own footprint: its peak resident memory, or on a GPU what NVML counts
+    for it; None if it cannot be read."""
+    worker = getattr(instance, "worker", None)
+    if worker is None:
+        return None
+    if device.kind == "gpu":
+        used = process_gpu_bytes(worker.pid)
+        return used if used else instance.loaded.memory_bytes or None
+    return resident_bytes(worker.pid, peak=True) or None

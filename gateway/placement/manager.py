@@ -24,9 +24,10 @@ from accel_base.errors import Unavailable
 from backends.base import Device
 from gateway.gpu import process_gpu_bytes
 from gateway.histogram import Histogram
-from gateway.placement.footprint import resident_bytes
+from gateway.placement.footprint import Footprint, resident_bytes, worker_bytes
 from gateway.placement.inventory import DeviceMemory
 from gateway.placement.ledger import Candidate, Ledger, NoRoom
+from gateway.placement.room import RoomWaiters
 from gateway.placement.sizes import format_bytes
 
 log = logging.getLogger(__name__)
@@ -37,16 +38,6 @@ WARM_UP_TIMEOUT_S = 120.0  # a warm-up batch running longer is given up (the mod
 # Upper bounds of the load-duration and eviction-age histograms, in seconds.
 LOAD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 AGE_SECONDS_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
-
-
-@dataclass(slots=True)
-class Footprint:
-    """One instance's place and bytes, as the index and the metrics show them."""
-
-    key: str  # the ledger's booking
-    device: Device
-    predicted: int
-    measured: int | None = None
 
 
 @dataclass(slots=True)
@@ -83,6 +74,7 @@ class MemoryManager:
         self._first_loads: dict[str, asyncio.Future] = {}
         self._waiting: dict[str, int] = {}  # requests waiting for each model's load
         self.loaded_at: dict[str, float] = {}  # model -> when its newest version loaded
+        self.room = RoomWaiters()  # loads waiting for busy models to fall idle
 
     # ---- loading a version -----------------------------------------------------------
 
@@ -98,20 +90,17 @@ class MemoryManager:
         """Place, load (`load(devices)`, blocking, on a thread), warm up and measure one
         version; returns the loaded ModelVersion with its footprints. `evict(names)`
         unloads models to make room and returns those it unloaded."""
-        generation = next(self._generation)
         footprints: list[Footprint] = []
         began = time.monotonic()
         try:
-            async with self._placing:
-                for index, slot in enumerate(slots):
-                    allowed = list(slot.allowed)
-                    device = await self._make_room(name, slot.predicted, allowed, candidates, evict)
-                    key = f"{name}/{version}/{index}#{generation}"
-                    self.ledger.book(key, name, device, slot.predicted)
-                    footprints.append(Footprint(key, device, slot.predicted))
+            while not await self._book(name, version, slots, footprints, candidates, evict):
+                if not await self.room.wait(began + self.load_timeout_s):
+                    await self._book(name, version, slots, footprints, candidates, evict, True)
             devices = [f.device for f in footprints]
             model = await self._load_and_measure(slots, devices, load, footprints)
             model.footprints = footprints
+            if self.evicts:
+                model.on_idle = self.room.notify
             try:
                 await self._settle(name, footprints, candidates, evict)
             except BaseException:
@@ -126,6 +115,57 @@ class MemoryManager:
         self.stats.load_seconds.observe(time.monotonic() - began)
         self.loaded_at[name] = model.last_used = time.monotonic()
         return model
+
+    async def _book(
+        self,
+        name: str,
+        version: int,
+        slots: list[Any],
+        footprints: list[Footprint],
+        candidates: Callable[..., list[Candidate]],
+        evict: Callable[[tuple[str, ...]], Awaitable[list[str]]],
+        last_try: bool = False,
+    ) -> bool:
+        """Book every instance on the device it goes on, evicting what must go. False,
+        with nothing booked, when the room is held by models that are busy now (on
+        demand): the caller waits for one to fall idle. NoRoom when waiting cannot help,
+        or on the `last_try`."""
+        generation = next(self._generation)
+        try:
+            async with self._placing:
+                for index, slot in enumerate(slots):
+                    allowed = list(slot.allowed)
+                    device = await self._make_room(name, slot.predicted, allowed, candidates, evict)
+                    key = f"{name}/{version}/{index}#{generation}"
+                    self.ledger.book(key, name, device, slot.predicted)
+                    footprints.append(Footprint(key, device, slot.predicted))
+            return True
+        except NoRoom as exc:
+            for footprint in footprints:
+                self.ledger.release(footprint.key)
+            footprints.clear()
+            if not self.evicts or not self._busy_hold_room(name, slots, candidates):
+                raise
+            if last_try:
+                raise NoRoom(
+                    f"{exc.message}; waited {self.load_timeout_s:g} s "
+                    "(--model-load-timeout) for models busy with requests to fall idle"
+                ) from None
+            return False
+
+    def _busy_hold_room(
+        self, name: str, slots: list[Any], candidates: Callable[..., list[Candidate]]
+    ) -> bool:
+        """Whether every instance would fit once the models now busy were idle."""
+        holders = candidates(name, busy_too=True)
+        return all(
+            any(
+                device in self.ledger.devices
+                and self.ledger.evictions(device, slot.predicted, holders) is not None
+                for device in slot.allowed
+            )
+            for slot in slots
+        )
 
     def _evictable(
         self, name: str, candidates: Callable[[str], list[Candidate]]
@@ -199,7 +239,7 @@ class MemoryManager:
             elif index in on_gpu:
                 footprint.measured = None if gpu_grown is None else gpu_grown // len(on_gpu)
             else:
-                footprint.measured = _worker_bytes(instance, footprint.device)
+                footprint.measured = worker_bytes(instance, footprint.device)
         return model
 
     async def _settle(
@@ -249,6 +289,7 @@ class MemoryManager:
         """A version was unloaded: its bytes are free again."""
         for footprint in footprints:
             self.ledger.release(footprint.key)
+        self.room.notify()
 
     # ---- on demand -------------------------------------------------------------------
 
@@ -289,26 +330,3 @@ class MemoryManager:
         self._first_loads.pop(name, None)
         if not done.cancelled():
             done.exception()  # seen here, should every waiter have timed out first
-
-
-def memory_summary(footprints: list[Footprint]) -> dict[str, Any]:
-    """A loaded version's bytes as the repository index shows them: predicted and
-    measured side by side, so that the prediction's error is visible."""
-    measured = [f.measured for f in footprints]
-    return {
-        "devices": [str(f.device) for f in footprints],
-        "predicted_bytes": sum(f.predicted for f in footprints),
-        "measured_bytes": None if None in measured else sum(m or 0 for m in measured),
-    }
-
-
-def _worker_bytes(instance: Any, device: Device) -> int | None:
-    """A worker's own footprint: its peak resident memory, or on a GPU what NVML counts
-    for it; None if it cannot be read."""
-    worker = getattr(instance, "worker", None)
-    if worker is None:
-        return None
-    if device.kind == "gpu":
-        used = process_gpu_bytes(worker.pid)
-        return used if used else instance.loaded.memory_bytes or None
-    return resident_bytes(worker.pid, peak=True) or None

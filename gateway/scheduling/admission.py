@@ -27,7 +27,7 @@ as arguments.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accel_base.errors import InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
@@ -68,9 +68,19 @@ class Admission:
     mean_s: float = 0.0
     var_rows: float = 0.0
     cov: float = 0.0
+    # The (instance, batch size) pairs that have run. The first run at a size is slow for
+    # reasons that say nothing of the next: a TorchScript model on a GPU compiled fused
+    # kernels for ~1 s at each of its first batch sizes, then ran that size in 4 ms, and
+    # one such run in the averages refused requests for seconds.
+    sizes_seen: set[tuple[int, int]] = field(default_factory=set)
 
-    def observe(self, seconds: float, rows: int = 1) -> None:
-        """One more run of `rows` rows finished after holding an instance for `seconds`."""
+    def observe(self, seconds: float, rows: int = 1, size: tuple[int, int] | None = None) -> None:
+        """One more run of `rows` rows finished after holding an instance for `seconds`.
+        A run whose `size` (an id of the instance, the batch size it ran) is new is left
+        out."""
+        if size is not None and size not in self.sizes_seen:
+            self.sizes_seen.add(size)
+            return
         rows = max(rows, 1)
         if not self.mean_rows:
             self.mean_rows, self.mean_s = float(rows), seconds

@@ -83,7 +83,7 @@ class DirectScheduler:
             self.pool.release(instance)
         # The backend's own time: the wall time here would count the event loop's other
         # work too, which is not this instance's capacity.
-        self.admission.observe(infer_ns / 1e9)
+        self.admission.observe(infer_ns / 1e9, 1, (id(instance), batch_size))
         ran = time.perf_counter_ns()
         response = build_response(
             request, self.stats.version, output_names, self.output_datatypes, outputs

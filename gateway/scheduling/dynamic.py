@@ -259,7 +259,8 @@ class DynamicBatcher:
                 [p.feed for p in requests], rows, padded_rows, instance.allocator()
             )
             outputs, infer_ns = await instance.run(merged, output_names)
-            self.admission.observe(infer_ns / 1e9, rows)  # the backend's time, not the loop's
+            # The backend's time, not the loop's.
+            self.admission.observe(infer_ns / 1e9, rows, (id(instance), padded_rows))
             ran = time.perf_counter_ns()
             missing = [name for name in output_names if name not in outputs]
             if missing:

@@ -80,6 +80,44 @@ def test_torchscript_dict_result_is_read_by_name(tmp_path: Path):
     backend.unload()
 
 
+DISABLE = "DISABLE_OPTIMIZED_EXECUTION"
+
+
+@pytest.mark.parametrize(("value", "optimized"), [(None, True), ("true", False), ("no", True)])
+def test_torchscript_disable_optimized_execution(tmp_path: Path, monkeypatch, value, optimized):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(Doubler()), path)
+    text = TENSORS
+    if value is not None:
+        text += f' parameters {{ key: "{DISABLE}" value {{ string_value: "{value}" }} }}'
+    backend = TorchScriptBackend(path, config("pytorch_libtorch", text), Device())
+    seen = []
+    real = torch.jit.optimized_execution
+
+    def spy(should_optimize: bool):
+        seen.append(should_optimize)
+        return real(should_optimize)
+
+    monkeypatch.setattr(torch.jit, "optimized_execution", spy)
+    backend.run({"x": np.ones((1, 4), np.float32)}, ["y"])
+    assert seen == [optimized]
+    assert torch._C._get_graph_executor_optimize()  # the process's setting is left as it was
+    backend.unload()
+
+
+def test_torchscript_disable_optimized_execution_must_be_a_boolean(tmp_path: Path):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(Doubler()), path)
+    text = (
+        TENSORS
+        + ' parameters { key: "DISABLE_OPTIMIZED_EXECUTION" value { string_value: "maybe" } }'
+    )
+    with pytest.raises(
+        BackendUnavailable, match="DISABLE_OPTIMIZED_EXECUTION must be true or false"
+    ):
+        TorchScriptBackend(path, config("pytorch_libtorch", text), Device())
+
+
 class _Touch:
     """A pickle that creates a file when unpickled: what an exploit would do."""
 

@@ -5,8 +5,9 @@ from types import SimpleNamespace
 from backends.base import Device
 from gateway.gpu import GpuReading
 from gateway.metrics import render
+from gateway.placement.footprint import Footprint
 from gateway.placement.inventory import DeviceMemory
-from gateway.placement.manager import Footprint, MemoryManager
+from gateway.placement.manager import MemoryManager
 from gateway.statistics import ModelStatistics
 
 
@@ -21,8 +22,8 @@ def fake_repository():
         name="m",
         version=1,
         stats=stats,
-        scheduler=SimpleNamespace(pending=3),
-        pool=SimpleNamespace(instances=[]),  # threads only: no worker metrics
+        pending=3,
+        instances=[],  # threads only: no worker metrics
         footprints=[Footprint("m/1/0#0", Device("cpu"), 3000, 2500)],
     )
     memory = MemoryManager([DeviceMemory(Device("cpu"), 10**6, 10**6, 9000)])

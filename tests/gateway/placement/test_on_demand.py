@@ -240,3 +240,53 @@ def test_the_budget_holds_over_a_thousand_random_requests_to_twenty_models(model
     asyncio.run(scenario())
     stats = core.repository.memory.stats
     assert stats.evictions > 0 and stats.hits > 0 and stats.load_failures == 0
+
+
+SLOW = "dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [ 8 ] }"
+
+
+def test_a_load_whose_room_busy_models_hold_waits_for_one_to_fall_idle(models_dir, on_demand):
+    # a and b fill the budget, and each holds its request for 0.3 s (its batch window).
+    root = models_dir({"a": sized(100, SLOW), "b": sized(100, SLOW), "c": sized(100)})
+    core = on_demand(root, budget_mb=200)
+
+    async def scenario():
+        await core.infer(request("a"))
+        await core.infer(request("b"))
+        busy = [asyncio.ensure_future(core.infer(request(m))) for m in ("a", "b")]
+        await asyncio.sleep(0.05)
+        began = asyncio.get_running_loop().time()
+        answer = await core.infer(request("c", 3))  # waits, then evicts the first idle
+        waited = asyncio.get_running_loop().time() - began
+        await asyncio.gather(*busy)
+        return answer, waited
+
+    answer, waited = asyncio.run(scenario())
+    np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 3), 3))
+    assert 0.15 < waited < 2.0
+    assert core.repository.memory.stats.evictions == 1
+    assert sorted(states(core).values()) == ["READY", "READY", "UNAVAILABLE"]
+
+
+def test_a_load_that_waits_for_room_past_the_load_timeout_says_so(models_dir, on_demand):
+    busy_for_a_second = "dynamic_batching { max_queue_delay_microseconds: 1000000 " \
+        "preferred_batch_size: [ 8 ] }"  # fmt: skip
+    root = models_dir({"a": sized(100, busy_for_a_second), "c": sized(100)})
+    core = on_demand(root, budget_mb=100, load_timeout_s=0.2)
+
+    async def scenario():
+        await core.infer(request("a"))
+        busy = asyncio.ensure_future(core.infer(request("a")))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Unavailable) as refused:
+            await core.infer(request("c"))
+        await busy
+        await asyncio.sleep(0.05)
+        return refused.value, {row["name"]: row["reason"] for row in core.repository_index()}
+
+    refused, reasons = asyncio.run(scenario())
+    # The request gives up at the load timeout, and so does the load, saying why.
+    assert "still loading after 0.2 s" in refused.message
+    assert "waited 0.2 s (--model-load-timeout) for models busy with requests" in reasons["c"]
+    assert core.repository.memory.stats.evictions == 0
+    assert states(core)["a"] == "READY"

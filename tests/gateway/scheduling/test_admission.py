@@ -170,7 +170,8 @@ def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
     scheduler = direct(backend, budget_ms=150)  # more than EXEMPT_PER_INSTANCE runs
 
     async def scenario():
-        await scheduler.infer(one(0))  # one run measures the service time
+        for _ in range(2):  # the second run measures the service time (a first is left out)
+            await scheduler.infer(one(0))
         return await burst(scheduler.infer, [one(v) for v in range(80)])
 
     served, refused = asyncio.run(scenario())
@@ -178,7 +179,7 @@ def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
     # 150 ms of 5 ms runs: about thirty admitted, the rest refused without waiting.
     assert 15 <= len(served) <= 45 and len(refused) == 80 - len(served)
     assert max(seconds for _, seconds in refused) < 0.05
-    assert backend.runs == 1 + len(served)
+    assert backend.runs == 2 + len(served)
     assert scheduler.stats.as_dict()["inference_stats"]["fail"]["count"] == len(refused)
 
 
@@ -195,3 +196,18 @@ def test_a_request_whose_deadline_passes_while_it_waits_does_not_run():
 
     asyncio.run(scenario())
     assert backend.runs == 1
+
+
+def test_the_first_run_of_each_size_on_an_instance_is_left_out():
+    admission = Admission("m", instances=1, budget_ms=50)
+    # A GPU model's first run at each batch size compiles kernels: 1 s, then 4 ms.
+    for rows in (1, 2, 4):
+        admission.observe(1.0, rows, size=(0, rows))
+        admission.observe(0.004, rows, size=(0, rows))
+    assert admission.mean_s < 0.005
+    admission.check(1, 10, requests_ahead=10, now=0.0)  # 10 rows at ~3 ms: admitted
+    admission.observe(0.9, 8, size=(1, 8))  # another instance's first run: left out too
+    assert admission.mean_s < 0.005
+    admission.observe(0.5, 8, size=(0, 8))  # a new size on the first: left out
+    admission.observe(0.5, 8, size=(0, 8))  # the same size again: it counts
+    assert admission.mean_s > 0.04
