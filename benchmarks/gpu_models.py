@@ -11,8 +11,8 @@ connection each, binary tensors) run three phases against three servers:
 3. on demand, with a GPU budget that holds half the copies:
    a. cold loads: one client calls the copies round robin, so that every request waits
       for a load (LRU evicts the copy needed next): cold-load p50/p99;
-   b. the clients draw copies from a Zipf distribution (s = 1, seeded): throughput,
-      hit rate, loads and evictions.
+   b. clients (4, then 16) draw copies from a Zipf distribution (s = 1, seeded):
+      throughput, hit rate, loads and evictions.
    NVML is sampled every 20 ms throughout phase 3: the device memory of the server's
    processes, whose peak must stay within the budget.
 Throughputs are ratios to phase 1, from the same run. Needs a CUDA GPU, torch with CUDA
@@ -152,6 +152,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--cold-requests", type=int, default=24)
+    parser.add_argument(
+        "--zipf-clients", type=lambda t: [int(c) for c in t.split(",")], default=[4, 16],
+        help="client counts of the Zipf runs (default 4,16)",
+    )  # fmt: skip
     parser.add_argument("--log-dir", type=Path, help="keep the servers' logs here")
     args = parser.parse_args()
     from models.resnet import write_resnet50
@@ -207,14 +211,15 @@ def main() -> None:
             str(budget), "--memory-reserve", "0", log_path=logs / "on_demand.log", **common,
         )  # fmt: skip
         sampler.start()
+        zipf_runs = []
         try:
             rounds = [names[i % args.copies] for i in range(args.cold_requests)]
             cold, cold_failures = sequential(server.http_port, rounds)
-            text = fetch(server.metrics_port, "GET", "/metrics").decode()
-            misses_before = metric(text, "accel_gateway_model_cache_misses")
-            zipf = [zipf_sequence(names, 1000, seed=s) for s in range(args.clients)]
-            result = closed_loop(server.http_port, zipf, args.seconds)
-            text = fetch(server.metrics_port, "GET", "/metrics").decode()
+            for clients in args.zipf_clients:
+                before = cache_counters(server.metrics_port)
+                zipf = [zipf_sequence(names, 1000, seed=s) for s in range(clients)]
+                result = closed_loop(server.http_port, zipf, args.seconds)
+                zipf_runs.append((clients, result, before, cache_counters(server.metrics_port)))
         finally:
             server.stop()
             sampler.stopped.set()
@@ -225,20 +230,23 @@ def main() -> None:
             f"  cold loads, round robin: {len(cold)} answered, {len(cold_failures)} failed; "
             f"p50 {ms(np.percentile(cold, 50))}, p99 {ms(np.percentile(cold, 99))}"
         )
-        report("  Zipf (s=1)", *result, floor)
-        misses = metric(text, "accel_gateway_model_cache_misses") - misses_before
-        hits = metric(text, "accel_gateway_model_cache_hits")
-        print(
-            f"  Zipf hit rate {1 - misses / max(len(result[0]) + len(result[1]), 1):.1%}; "
-            f"loads {metric(text, 'accel_gateway_model_loads'):.0f}, evictions "
-            f"{metric(text, 'accel_gateway_model_evictions'):.0f} (hits counter {hits:.0f})"
-        )
+        for clients, result, before, after in zipf_runs:
+            report(f"  Zipf (s=1), {clients} clients", *result, floor)
+            hits, misses, loads, evictions = (b - a for a, b in zip(before, after, strict=True))
+            print(f"    hit rate {hits / max(hits + misses, 1):.1%}; {loads:.0f} loads, "
+                  f"{evictions:.0f} evictions")  # fmt: skip
         print(
             f"  device memory sampled {sampler.samples} times: server's processes peak "
             f"{sampler.peak_processes / 2**20:,.0f} MiB, device less baseline peak "
             f"{sampler.peak_device / 2**20:,.0f} MiB; budget {budget / 2**20:,.0f} MiB "
             f"({'within' if sampler.peak_processes <= budget else 'PAST'} it)"
         )
+
+
+def cache_counters(metrics_port: int) -> tuple[float, ...]:
+    text = fetch(metrics_port, "GET", "/metrics").decode()
+    names = ("cache_hits", "cache_misses", "loads", "evictions")
+    return tuple(metric(text, f"accel_gateway_model_{name}") for name in names)
 
 
 def sequential(port: int, sequence: list[str]) -> tuple[np.ndarray, list[str]]:

@@ -32,6 +32,7 @@ from gateway.scheduling.execution import (
 )
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.process_instance import ProcessInstance
+from gateway.scheduling.spares import SpareWorkers
 from gateway.sealing import check_artifact, relative_to_repository, repository_prefixes
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
@@ -197,11 +198,13 @@ class ModelVersion:
         max_queue_size: int,
         queue_budget_ms: float,
         backend_nice: int = 0,
+        spares: SpareWorkers | None = None,
     ) -> ModelVersion:
         """Load one instance on each of `devices` (blocking: call from a worker thread).
-        Backends run `backend_nice` steps below the gateway's priority (accel_base/cpu.py)."""
+        Backends run `backend_nice` steps below the gateway's priority (accel_base/cpu.py);
+        workers come from `spares` where given."""
         config, platform, version = plan.config, plan.platform, plan.version
-        settings = dataclasses.replace(worker_settings(config), nice=backend_nice)
+        settings = dataclasses.replace(worker_settings(config), nice=backend_nice, spares=spares)
         single_core = usable_cores() == 1
         instances: list[Any] = []
         try:

@@ -29,16 +29,21 @@ class OnDemand:
 
     def candidates(self, loading: str, busy_too: bool = False) -> list[Candidate]:
         """Models that may make room for `loading`: loaded, idle (nothing queued or
-        running), not pinned, and not being loaded or unloaded themselves; `busy_too`:
-        those that are busy now as well (the room a load may wait for)."""
+        running), not pinned, and not being loaded or unloaded themselves. `busy_too`:
+        every model that is not pinned, busy or loading too, whose booked bytes a load
+        may wait for."""
         found = []
+        now = time.monotonic()
         for name, entry in self.repository.models.items():
             models = [s.model for s in entry.versions.values() if s.model is not None]
-            busy = entry.lock.locked() or entry.users or any(m.pending for m in models)
-            if name == loading or entry.pinned or (busy and not busy_too) or not models:
+            if name == loading or entry.pinned:
                 continue
-            if not any(m.footprints for m in models):
-                continue  # nothing to free (a router)
+            if busy_too:  # what it holds, the ledger knows (a router holds nothing)
+                found.append(Candidate(name, max((m.last_used for m in models), default=now)))
+                continue
+            busy = entry.lock.locked() or entry.users or any(m.pending for m in models)
+            if busy or not models or not any(m.footprints for m in models):
+                continue  # busy, or nothing to free (a router)
             found.append(Candidate(name, max(m.last_used for m in models)))
         return found
 

@@ -39,6 +39,7 @@ from gateway.routing.loading import load_router
 from gateway.routing.router import RouterModel
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
+from gateway.scheduling.spares import SpareWorkers
 from gateway.sealing import (
     check_config_paths,
     check_links,
@@ -104,6 +105,8 @@ class ModelRepository:
         self.max_queue_size = max_queue_size
         self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
         self.backend_nice = backend_nice
+        # On demand, GPU workers start ahead with their framework imported.
+        self.spares = SpareWorkers() if control_mode == "on-demand" else None
         self.models: dict[str, ModelEntry] = {}
         # Names given to model directories elsewhere in the repository (SageMaker's
         # multi-model loads: gateway/http/sagemaker_models.py).
@@ -368,7 +371,8 @@ class ModelRepository:
 
         def load(devices: list) -> ModelVersion:
             return ModelVersion.load(
-                plan, devices, self.max_queue_size, self.queue_budget_ms, self.backend_nice
+                plan, devices, self.max_queue_size, self.queue_budget_ms, self.backend_nice,
+                self.spares,
             )
 
         return await self.memory.load(
@@ -463,6 +467,8 @@ class ModelRepository:
     async def unload_all(self) -> None:
         # All at once: each unload mostly waits for a worker process to end.
         names = list(self.models)
+        if self.spares is not None:
+            self.spares.close()
         results = await asyncio.gather(*map(self._unload, names), return_exceptions=True)
         for name, result in zip(names, results, strict=True):
             if isinstance(result, Exception):

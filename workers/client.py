@@ -116,7 +116,7 @@ class WorkerProcess:
         timeout_s: float,
     ) -> LoadedModel:
         message = ("load", platform, str(artifact), config.SerializeToString(), device.kind,
-                   device.index)  # fmt: skip
+                   device.index, self.name)  # fmt: skip
         protocol.send(self.sock, message)
         reply, fds = self._wait_reply(timeout_s, "load the model")
         if reply[0] == "failed":
@@ -129,6 +129,11 @@ class WorkerProcess:
             tuple(allowed) if allowed is not None else None,
             memory,
         )
+
+    def prepare(self, platform: str) -> None:
+        """Have a spare worker import the platform's framework now, before its load
+        (gateway/scheduling/spares.py); no reply: a failure shows at the load."""
+        protocol.send(self.sock, ("prepare", platform))
 
     def unload(self, timeout_s: float) -> None:
         """Ask the worker to free its model and exit; kill it if it does not in time."""

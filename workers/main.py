@@ -52,11 +52,12 @@ class Worker:
         self.outputs = Arena(grown_size(0), name="accel-gateway-outputs")
 
     def serve(self) -> None:
-        limit = protocol.MAX_MESSAGE_BYTES  # the first message, the load, carries the config
         while True:
+            # Until its model is loaded, the load's message carries a whole config.
+            loaded = self.backend is not None
+            limit = protocol.RUN_MESSAGE_BYTES if loaded else protocol.MAX_MESSAGE_BYTES
             try:
                 message, fds = protocol.receive(self.sock, limit)
-                limit = protocol.RUN_MESSAGE_BYTES
             except EOFError:
                 return  # the gateway is gone or closed the instance
             kind = message[0]
@@ -64,6 +65,8 @@ class Worker:
                 self._run(message, fds)
             elif kind == "load":
                 self._load(message)
+            elif kind == "prepare":  # a spare: import the framework while nobody waits
+                _prepare(message[1])
             elif kind == "unload":
                 self._unload()
                 return
@@ -71,7 +74,8 @@ class Worker:
                 protocol.send(self.sock, ("failed", "Internal", f"unknown message {kind!r}"))
 
     def _load(self, message: tuple) -> None:
-        _, platform, artifact, config_bytes, device_kind, device_index = message
+        _, platform, artifact, config_bytes, device_kind, device_index, name = message
+        _name_in_logs(name)  # a spare learns whose it is
         try:
             config = mc.ModelConfig.FromString(config_bytes)
             backend_type = backend_class(platform)
@@ -141,6 +145,20 @@ class Worker:
         protocol.send(self.sock, reply)
 
 
+def _prepare(platform: str) -> None:
+    try:
+        backend_class(platform)  # imports the backend's module and its framework
+    except Exception as exc:  # the load will say so, with the model's name
+        log.warning("could not prepare for %s: %s", platform, exc)
+
+
+def _name_in_logs(name: str) -> None:
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s worker {name} %(levelname)s %(message)s")
+        )
+
+
 def _exit_with_parent(parent: int) -> None:
     """Exit as soon as the gateway process is gone, even in the middle of a long run: the
     kernel's parent-death signal where there is one, and a watchdog thread besides (it
@@ -164,9 +182,8 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(fd, False)
     # Ctrl-C reaches the whole process group; the gateway decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s worker {name} %(levelname)s %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO)
+    _name_in_logs(name)
     _exit_with_parent(int(os.environ.get("ACCEL_GATEWAY_PARENT_PID", os.getppid())))
     Worker(socket.socket(fileno=fd)).serve()
     # The model is unloaded; skip the interpreter's teardown, where frameworks' exit

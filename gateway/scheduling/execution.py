@@ -98,7 +98,11 @@ def spawn_worker(
     """Start a worker and load the model into it (blocking); `started` learns of the
     worker before its load, so that an unload meanwhile can kill it."""
     env, worker_device = worker_environment(config, device, parent_pid)
-    worker = WorkerProcess(name, env, settings.nice)
+    if settings.spares is not None:
+        worker = settings.spares.take(name, env, settings.nice, platform, device)
+        worker.name = name
+    else:
+        worker = WorkerProcess(name, env, settings.nice)
     started(worker)
     try:
         return worker, worker.load(

@@ -19,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,7 @@ class WorkerSettings:
     load_timeout_s: float = 600.0  # compiling backends (TVM, torch.compile) load slowly
     first_backoff_s: float = 0.1
     nice: int = 0  # steps below the gateway's priority (--backend-nice; accel_base/cpu.py)
+    spares: Any = None  # scheduling.spares.SpareWorkers, on demand
 
 
 def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:
