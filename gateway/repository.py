@@ -105,13 +105,14 @@ class ModelRepository:
         self.max_queue_size = max_queue_size
         self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
         self.backend_nice = backend_nice
-        # On demand, GPU workers start ahead with their framework imported.
-        self.spares = SpareWorkers() if control_mode == "on-demand" else None
         self.models: dict[str, ModelEntry] = {}
         # Names given to model directories elsewhere in the repository (SageMaker's
         # multi-model loads: gateway/http/sagemaker_models.py).
         self.aliases: dict[str, Path] = {}
         self.memory = memory or MemoryManager(read_inventory(), evicts=control_mode == "on-demand")
+        # On demand, GPU workers start ahead with their framework imported.
+        on_demand = control_mode == "on-demand"
+        self.spares = SpareWorkers(self.memory.load_concurrency) if on_demand else None
         self._settling: asyncio.TimerHandle | None = None
         self.on_demand = OnDemand(self)
 

@@ -7,8 +7,10 @@ holds no GPU memory; its host memory (the interpreter and the framework) is what
 worker's is, which the CPU's budget does not book either. A spare for a CPU instance
 would hold host memory that no budget counts, so there are none.
 
-One spare per kind of worker: the same environment (which GPU it sees, thread counts),
-priority and platform. The next load of that kind takes it and starts its successor.
+`per_kind` spares (the loads that may run at once on a device) of each kind of worker:
+the same environment (which GPU it sees, thread counts), priority and platform. A load
+of that kind takes the oldest, which has had the longest to import, and starts its
+successor.
 """
 
 from __future__ import annotations
@@ -25,52 +27,60 @@ SpareKey = tuple[frozenset, int, str]  # environment, nice, platform
 
 
 class SpareWorkers:
-    def __init__(self) -> None:
-        self._spares: dict[SpareKey, WorkerProcess] = {}
+    def __init__(self, per_kind: int = 2) -> None:
+        self.per_kind = per_kind
+        self._spares: dict[SpareKey, list[WorkerProcess]] = {}
         self._lock = threading.Lock()  # loads take spares on worker threads
         self._closed = False
 
     def take(
         self, name: str, env: dict[str, str], nice: int, platform: str, device: Device
     ) -> WorkerProcess:
-        """A worker for this instance: the spare of its kind if one is alive, else a new
-        one; for a GPU instance, a successor spare starts (importing) meanwhile."""
+        """A worker for this instance: the oldest live spare of its kind, else a new
+        one; for a GPU instance, spares start (importing) to make up `per_kind`."""
         key = (frozenset(env.items()), nice, platform)
-        with self._lock:
-            spare = self._spares.pop(key, None)
         worker = None
-        if spare is not None:
-            if spare.alive():
+        while worker is None:
+            with self._lock:
+                queue = self._spares.get(key, [])
+                spare = queue.pop(0) if queue else None
+            if spare is None:
+                worker = WorkerProcess(name, env, nice)
+            elif spare.alive():
                 worker = spare
             else:
-                log.warning(
-                    "a spare worker for %s had ended: %s", platform, spare.exit_description()
-                )
+                log.warning("a spare worker for %s %s", platform, spare.exit_description())
                 spare.close()
-        if worker is None:
-            worker = WorkerProcess(name, env, nice)
         if device.kind == "gpu":
-            self._start(key, env, nice, platform)
+            while self._start(key, env, nice, platform):
+                pass
         return worker
 
-    def _start(self, key: SpareKey, env: dict[str, str], nice: int, platform: str) -> None:
+    def _start(self, key: SpareKey, env: dict[str, str], nice: int, platform: str) -> bool:
+        """One more spare of this kind, unless it has enough; whether one started."""
+        with self._lock:
+            if self._closed or len(self._spares.get(key, [])) >= self.per_kind:
+                return False
         spare = WorkerProcess(f"spare-{platform}", env, nice)
         spare.prepare(platform)
         with self._lock:
-            if self._closed or key in self._spares:
-                spare.kill()
-                spare.close()
-                return
-            self._spares[key] = spare
+            queue = self._spares.setdefault(key, [])
+            if not self._closed and len(queue) < self.per_kind:
+                queue.append(spare)
+                return True
+        spare.kill()
+        spare.close()
+        return False
 
     def close(self) -> None:
         """End every spare (the server is stopping)."""
         with self._lock:
             self._closed = True
-            spares, self._spares = list(self._spares.values()), {}
+            spares = [s for queue in self._spares.values() for s in queue]
+            self._spares = {}
         for spare in spares:
             spare.kill()
             spare.close()
 
     def __len__(self) -> int:
-        return len(self._spares)
+        return sum(len(queue) for queue in self._spares.values())

@@ -290,3 +290,22 @@ def test_a_load_that_waits_for_room_past_the_load_timeout_says_so(models_dir, on
     assert "waited 0.2 s (--model-load-timeout) for models busy with requests" in reasons["c"]
     assert core.repository.memory.stats.evictions == 0
     assert states(core)["a"] == "READY"
+
+
+def test_a_reload_books_what_the_instance_measured_when_it_last_loaded(models_dir, on_demand):
+    core = on_demand(models_dir({"a": sized(100), "b": sized(100)}), budget_mb=250)
+
+    async def scenario():
+        await core.infer(request("a"))
+        memory = core.repository.memory
+        assert "a/1/0" in memory.last_measured
+        memory.last_measured["a/1/0"] = 200 * MB  # as if a had measured 200 MB
+        await core.repository.unload("a")
+        await core.infer(request("b"))
+        await core.infer(request("a"))  # 200 MB booked before it loads: b must go first
+        assert states(core) == {"a": "READY", "b": "UNAVAILABLE"}
+        assert memory.ledger.used(CPU) >= 200 * MB
+        (row,) = [r for r in core.repository_index() if r["name"] == "a"]
+        assert row["memory"]["predicted_bytes"] == 100 * MB  # the prediction, still shown
+
+    asyncio.run(scenario())

@@ -21,6 +21,10 @@ ONNX = "onnxruntime_onnx"
 GPU = Device("gpu", 0)
 
 
+def kept_spares(spares: SpareWorkers) -> list:
+    return [spare for queue in spares._spares.values() for spare in queue]
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("spares")
@@ -30,14 +34,15 @@ def model(tmp_path_factory) -> Path:
 def test_a_gpu_load_takes_the_spare_of_its_kind_and_starts_the_next(model):
     config = read_config(model)
     env, device = worker_environment(config, Device(), os.getpid())
-    spares = SpareWorkers()
+    spares = SpareWorkers(per_kind=2)
     try:
         first = spares.take("m-1-0", env, 0, ONNX, GPU)  # none yet: a new worker
-        assert len(spares) == 1
-        spare_pid = next(iter(spares._spares.values())).pid
-        second = spares.take("m-1-1", env, 0, ONNX, GPU)
-        assert second.pid == spare_pid and second.pid != first.pid
-        assert len(spares) == 1 and next(iter(spares._spares.values())).pid != spare_pid
+        assert len(spares) == 2
+        spare_pids = [s.pid for s in kept_spares(spares)]
+        second = spares.take("m-1-1", env, 0, ONNX, GPU)  # the oldest spare
+        assert second.pid == spare_pids[0] and second.pid != first.pid
+        pids = [s.pid for s in kept_spares(spares)]
+        assert len(pids) == 2 and pids[0] == spare_pids[1] and second.pid not in pids
         # The spare imported ONNX Runtime before its load; it loads and runs all the same.
         second.name = "m-1-1"
         second.load(ONNX, model / "1" / "model.onnx", config, device, 60)
@@ -51,25 +56,25 @@ def test_a_gpu_load_takes_the_spare_of_its_kind_and_starts_the_next(model):
         first.close()
         # Another kind (other threads, another platform) does not take it.
         other = spares.take("n-1-0", {**env, "OMP_NUM_THREADS": "7"}, 0, ONNX, GPU)
-        assert len(spares) == 2 and other.pid not in {s.pid for s in spares._spares.values()}
+        assert len(spares) == 4 and other.pid not in {s.pid for s in kept_spares(spares)}
         other.kill()
         other.close()
     finally:
-        kept = list(spares._spares.values())
+        kept = kept_spares(spares)
         spares.close()
     assert len(spares) == 0 and not any(s.alive() for s in kept)
 
 
 def test_cpu_loads_keep_no_spares_and_a_dead_spare_is_not_handed_out(model):
     env, _ = worker_environment(read_config(model), Device(), os.getpid())
-    spares = SpareWorkers()
+    spares = SpareWorkers(per_kind=1)
     try:
         worker = spares.take("m-1-0", env, 0, ONNX, Device())
         assert len(spares) == 0  # a CPU spare would hold memory no budget counts
         worker.kill()
         worker.close()
         spares.take("m-1-0", env, 0, ONNX, GPU).close()
-        (dead,) = spares._spares.values()
+        (dead,) = kept_spares(spares)
         dead.kill()
         dead.process.wait(10)
         fresh = spares.take("m-1-1", env, 0, ONNX, GPU)
