@@ -11,6 +11,7 @@ from pathlib import Path
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
 from gateway import __version__, compile_command, health_command, loadtest_command
 from gateway.arguments import port, positive_float, positive_int, positive_seconds
+from gateway.compare import command as compare_command
 from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.limits import ConnectionLimits
 from gateway.placement import options as memory_options
@@ -59,8 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="model to load at start in explicit and on-demand modes ('*' for all); "
-        "repeatable",
+        help="model to load at start in explicit and on-demand modes ('*' for all); repeatable",
     )
     serve.add_argument(
         "--repository-poll-secs",
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     memory_options.add_arguments(serve)
     compile_command.add_parser(commands)
+    compare_command.add_parser(commands)
     loadtest_command.add_parser(commands)
     health_command.add_parser(commands)
     return parser
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command == "compile":
         return compile_command.run(args)
+    if args.command == "compare":
+        return compare_command.run(args)
     if args.command == "loadtest":
         return loadtest_command.run(args)
     if args.command == "health":

@@ -43,6 +43,14 @@ def held_out() -> tuple[np.ndarray, np.ndarray]:
     return x_test.astype(np.float32), y_test.astype(np.int64)
 
 
+def write_held_out(path: Path) -> Path:
+    """The held-out images and labels as an .npz for `accel-gateway compare --data`
+    (arrays `pixels` and `labels`)."""
+    x, y = held_out()
+    np.savez(path, **{INPUT: x, "labels": y})
+    return path
+
+
 def _train():  # -> sklearn.neural_network.MLPClassifier (sklearn imported lazily)
     from sklearn.neural_network import MLPClassifier
 

@@ -52,3 +52,25 @@ def write_router(
     repository."""
     text = router_config_text(name, variants, sticky_key, max_shadow_in_flight)
     return write_config(Path(repository) / name, text)
+
+
+DIGITS_ROUTER = "digits_router"
+# The digits classifier's variants (models.digits_torch, models.compiled): one trained
+# network, eager PyTorch, torch.compile and ONNX Runtime taking traffic 2:1:1, TVM as a
+# shadow on a quarter of the requests.
+DIGITS_PRIMARIES = (("digits_torch_export", 2), ("digits_torch_compile", 1),
+                    ("digits_torch_onnx", 1))  # fmt: skip
+DIGITS_SHADOW = ("digits_tvm", 0.25)
+
+
+def build_digits_router(repository: Path, built: Sequence[str]) -> list[str]:
+    """Write `digits_router` over those of its variants that were built; none if fewer
+    than two were."""
+    variants = [Variant(name, weight) for name, weight in DIGITS_PRIMARIES if name in built]
+    shadow, rate = DIGITS_SHADOW
+    if shadow in built:
+        variants.append(Variant(shadow, shadow_rate=rate))
+    if not variants or variants[0].shadow_rate is not None or len(variants) < 2:
+        return []
+    write_router(repository, DIGITS_ROUTER, variants)
+    return [DIGITS_ROUTER]

@@ -61,3 +61,58 @@ def compare(
 
 def _incomparable(why: str) -> Agreement:
     return Agreement(False, False, float("inf"), float("inf"), why)
+
+
+@dataclass(frozen=True, slots=True)
+class RowAgreement:
+    """Agreement row by row (axis 0) over every output: arrays of one value per row."""
+
+    within_tolerance: np.ndarray  # bool
+    top1: np.ndarray | None  # bool; None: no output with classes
+    abs_error: np.ndarray  # float64, each row's largest absolute difference
+    rel_error: np.ndarray  # float64, each row's largest relative difference
+
+
+def compare_rows(
+    primary: dict[str, np.ndarray],
+    other: dict[str, np.ndarray],
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+) -> RowAgreement:
+    """`compare` for a batch, kept per row; an incomparable output raises ValueError."""
+    if not primary:
+        raise ValueError("the primary gave no outputs to compare")
+    rows = len(next(iter(primary.values())))
+    within = np.ones(rows, dtype=bool)
+    abs_error, rel_error = np.zeros(rows), np.zeros(rows)
+    top1: np.ndarray | None = None
+    for name, expected in primary.items():
+        got = other.get(name)
+        if got is None or got.shape != expected.shape:
+            found = "missing" if got is None else f"shape {list(got.shape)}"
+            raise ValueError(f"output '{name}': expected shape {list(expected.shape)}, {found}")
+        if expected.dtype.kind in "OSUbc" or got.dtype.kind in "OSUbc":
+            same = (expected.reshape(rows, -1) == got.reshape(rows, -1)).all(axis=1)
+            within &= same
+            abs_error = np.maximum(abs_error, np.where(same, 0.0, np.inf))
+            continue
+        a, b = (
+            expected.astype(np.float64).reshape(rows, -1),
+            got.astype(np.float64).reshape(rows, -1),
+        )
+        within &= np.isclose(b, a, rtol=rtol, atol=atol, equal_nan=True).all(axis=1)
+        diff = np.abs(b - a)
+        diff[np.isnan(a) & np.isnan(b)] = 0.0
+        diff[np.isnan(diff)] = np.inf
+        if diff.shape[1]:
+            abs_error = np.maximum(abs_error, diff.max(axis=1))
+            # Over nonzero, non-NaN primaries only (a NaN shows as an infinite abs_error).
+            finite = (a != 0) & ~np.isnan(a)
+            rel = np.divide(diff, np.abs(a), out=np.zeros_like(diff), where=finite)
+            rel_error = np.maximum(rel_error, rel.max(axis=1))
+        if expected.dtype.kind == "f" and expected.ndim >= 2 and expected.shape[-1] > 1:
+            same_class = (
+                expected.argmax(axis=-1).reshape(rows, -1) == got.argmax(axis=-1).reshape(rows, -1)
+            ).all(axis=1)
+            top1 = same_class if top1 is None else top1 & same_class
+    return RowAgreement(within, top1, abs_error, rel_error)
