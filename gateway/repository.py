@@ -469,7 +469,7 @@ class ModelRepository:
         # All at once: each unload mostly waits for a worker process to end.
         names = list(self.models)
         if self.spares is not None:
-            self.spares.close()
+            await asyncio.to_thread(self.spares.close)
         results = await asyncio.gather(*map(self._unload, names), return_exceptions=True)
         for name, result in zip(names, results, strict=True):
             if isinstance(result, Exception):

@@ -17,42 +17,23 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from accel_base.errors import Unavailable
 from backends.base import Device
 from gateway.gpu import process_gpu_bytes
-from gateway.histogram import Histogram
 from gateway.placement.footprint import Footprint, resident_bytes, worker_bytes
 from gateway.placement.inventory import DeviceMemory
 from gateway.placement.ledger import Candidate, Ledger, NoRoom
 from gateway.placement.room import RoomWaiters
 from gateway.placement.sizes import format_bytes
+from gateway.placement.stats import CacheStats
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOAD_TIMEOUT_S = 120.0
 DEFAULT_LOAD_CONCURRENCY = 2  # loads at once per device
 WARM_UP_TIMEOUT_S = 120.0  # a warm-up batch running longer is given up (the model loads)
-# Upper bounds of the load-duration and eviction-age histograms, in seconds.
-LOAD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-AGE_SECONDS_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
-
-
-@dataclass(slots=True)
-class CacheStats:
-    loads: int = 0
-    load_failures: int = 0
-    hits: int = 0  # requests that found their model loaded
-    misses: int = 0  # requests that waited for a load
-    wait_s: float = 0.0  # their time waiting, in all
-    evictions: int = 0
-    load_seconds: Histogram = field(default_factory=lambda: Histogram(LOAD_SECONDS_BUCKETS))
-    # Seconds since the evicted model loaded.
-    eviction_ages: Histogram = field(default_factory=lambda: Histogram(AGE_SECONDS_BUCKETS))
-
-
 class MemoryManager:
     def __init__(
         self,
@@ -80,7 +61,7 @@ class MemoryManager:
         # reload after an eviction books that, not the prediction (on an H100, 627 MiB
         # predicted for a ResNet-50 worker that measured 1006 MiB took the GPU past its
         # budget while several reloads ran at once).
-        self.last_measured: dict[str, int] = {}
+        self.last_measured: dict[str, tuple[Device, int]] = {}
 
     # ---- loading a version -----------------------------------------------------------
 
@@ -99,9 +80,14 @@ class MemoryManager:
         footprints: list[Footprint] = []
         began = time.monotonic()
         try:
-            while not await self._book(name, version, slots, footprints, candidates, evict):
-                if not await self.room.wait(began + self.load_timeout_s):
+            while True:
+                seen = self.room.generation
+                if await self._book(name, version, slots, footprints, candidates, evict):
+                    break
+                if not await self.room.wait(seen, began + self.load_timeout_s):
+                    # Books, or raises NoRoom saying how long it waited.
                     await self._book(name, version, slots, footprints, candidates, evict, True)
+                    break
             devices = [f.device for f in footprints]
             model = await self._load_and_measure(slots, devices, load, footprints)
             model.footprints = footprints
@@ -112,11 +98,14 @@ class MemoryManager:
             except BaseException:
                 await model.close()
                 raise
+            self._remember(footprints)
         except BaseException:
             self.stats.load_failures += 1
             for footprint in footprints:
                 self.ledger.release(footprint.key)
             raise
+        finally:  # loaded or not, it no longer holds room as a load: others may try
+            self.room.notify()
         self.stats.loads += 1
         self.stats.load_seconds.observe(time.monotonic() - began)
         self.loaded_at[name] = model.last_used = time.monotonic()
@@ -141,10 +130,9 @@ class MemoryManager:
             async with self._placing:
                 for index, slot in enumerate(slots):
                     allowed = list(slot.allowed)
-                    instance = f"{name}/{version}/{index}"
-                    needed = max(slot.predicted, self.last_measured.get(instance, 0))
+                    needed = self._needed(f"{name}/{version}/{index}", slot)
                     device = await self._make_room(name, needed, allowed, candidates, evict)
-                    key = f"{instance}#{generation}"
+                    key = f"{name}/{version}/{index}#{generation}"
                     self.ledger.book(key, name, device, needed)
                     footprints.append(Footprint(key, device, slot.predicted))
             return True
@@ -152,7 +140,7 @@ class MemoryManager:
             for footprint in footprints:
                 self.ledger.release(footprint.key)
             footprints.clear()
-            if not self.evicts or not self._busy_hold_room(name, slots, candidates):
+            if not self.evicts or not self._busy_hold_room(name, version, slots, candidates):
                 raise
             if last_try:
                 raise NoRoom(
@@ -162,18 +150,39 @@ class MemoryManager:
             return False
 
     def _busy_hold_room(
-        self, name: str, slots: list[Any], candidates: Callable[..., list[Candidate]]
+        self, name: str, version: int, slots: list[Any], candidates: Callable[..., list[Candidate]]
     ) -> bool:
         """Whether every instance would fit once the models now busy were idle."""
         holders = candidates(name, busy_too=True)
         return all(
             any(
                 device in self.ledger.devices
-                and self.ledger.evictions(device, slot.predicted, holders) is not None
+                and self.ledger.evictions(device, needed, holders) is not None
                 for device in slot.allowed
             )
-            for slot in slots
+            for needed, slot in (
+                (self._needed(f"{name}/{version}/{index}", slot), slot)
+                for index, slot in enumerate(slots)
+            )
         )
+
+    def _remember(self, footprints: list[Footprint]) -> None:
+        """What a version that loaded and fit measured, for its next load: at most its
+        device's budget, so that a measurement swollen by traffic during a thread
+        instance's load cannot keep it out for good."""
+        for footprint in footprints:
+            if footprint.measured is not None:
+                budget = self.ledger.devices[footprint.device].budget_bytes
+                instance = footprint.key.partition("#")[0]
+                self.last_measured[instance] = (footprint.device, min(footprint.measured, budget))
+
+    def _needed(self, instance: str, slot: Any) -> int:
+        """What an instance ("model/version/index") books before it loads: its
+        prediction, or what it measured when it last loaded on a device it may go on."""
+        remembered = self.last_measured.get(instance)
+        if remembered is None or remembered[0] not in slot.allowed:
+            return slot.predicted
+        return max(slot.predicted, remembered[1])
 
     def _evictable(
         self, name: str, candidates: Callable[[str], list[Candidate]]
@@ -262,7 +271,6 @@ class MemoryManager:
             for footprint in footprints:
                 if footprint.measured is None:
                     continue
-                self.last_measured[footprint.key.partition("#")[0]] = footprint.measured
                 over = self.ledger.measure(footprint.key, footprint.measured)
                 for _ in range(3):
                     if not over:

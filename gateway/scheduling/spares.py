@@ -10,13 +10,15 @@ would hold host memory that no budget counts, so there are none.
 `per_kind` spares (the loads that may run at once on a device) of each kind of worker:
 the same environment (which GPU it sees, thread counts), priority and platform. A load
 of that kind takes the oldest, which has had the longest to import, and starts its
-successor.
+successor. Spares are kept for the MAX_KINDS kinds loaded most recently; an older
+kind's are ended, so their number is bounded however many GPUs and platforms there are.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 
 from backends.base import Device
 from workers.client import WorkerProcess
@@ -24,12 +26,13 @@ from workers.client import WorkerProcess
 log = logging.getLogger(__name__)
 
 SpareKey = tuple[frozenset, int, str]  # environment, nice, platform
+MAX_KINDS = 4
 
 
 class SpareWorkers:
     def __init__(self, per_kind: int = 2) -> None:
         self.per_kind = per_kind
-        self._spares: dict[SpareKey, list[WorkerProcess]] = {}
+        self._spares: OrderedDict[SpareKey, list[WorkerProcess]] = OrderedDict()
         self._lock = threading.Lock()  # loads take spares on worker threads
         self._closed = False
 
@@ -54,7 +57,19 @@ class SpareWorkers:
         if device.kind == "gpu":
             while self._start(key, env, nice, platform):
                 pass
+            self._retire_old_kinds(key)
         return worker
+
+    def _retire_old_kinds(self, newest: SpareKey) -> None:
+        with self._lock:
+            if newest in self._spares:
+                self._spares.move_to_end(newest)
+            retired = []
+            while len(self._spares) > MAX_KINDS:
+                retired += self._spares.popitem(last=False)[1]
+        for spare in retired:
+            spare.kill()
+            spare.close()
 
     def _start(self, key: SpareKey, env: dict[str, str], nice: int, platform: str) -> bool:
         """One more spare of this kind, unless it has enough; whether one started."""
@@ -73,11 +88,11 @@ class SpareWorkers:
         return False
 
     def close(self) -> None:
-        """End every spare (the server is stopping)."""
+        """End every spare (the server is stopping; blocking: call from a thread)."""
         with self._lock:
             self._closed = True
             spares = [s for queue in self._spares.values() for s in queue]
-            self._spares = {}
+            self._spares = OrderedDict()
         for spare in spares:
             spare.kill()
             spare.close()

@@ -299,7 +299,7 @@ def test_a_reload_books_what_the_instance_measured_when_it_last_loaded(models_di
         await core.infer(request("a"))
         memory = core.repository.memory
         assert "a/1/0" in memory.last_measured
-        memory.last_measured["a/1/0"] = 200 * MB  # as if a had measured 200 MB
+        memory.last_measured["a/1/0"] = (CPU, 200 * MB)  # as if a had measured 200 MB
         await core.repository.unload("a")
         await core.infer(request("b"))
         await core.infer(request("a"))  # 200 MB booked before it loads: b must go first

@@ -13,6 +13,7 @@ import pytest
 
 from backends.base import Device
 from gateway.model_config import read_config
+from gateway.scheduling import spares as spares_module
 from gateway.scheduling.spares import SpareWorkers
 from models import identity
 from workers.environment import worker_environment
@@ -81,5 +82,21 @@ def test_cpu_loads_keep_no_spares_and_a_dead_spare_is_not_handed_out(model):
         assert fresh.pid != dead.pid and fresh.alive()
         fresh.kill()
         fresh.close()
+    finally:
+        spares.close()
+
+
+def test_spares_of_the_kinds_loaded_longest_ago_are_ended(model, monkeypatch):
+    monkeypatch.setattr(spares_module, "MAX_KINDS", 1)
+    env, _ = worker_environment(read_config(model), Device(), os.getpid())
+    spares = SpareWorkers(per_kind=1)
+    try:
+        spares.take("a-1-0", env, 0, ONNX, GPU).close()
+        (old,) = kept_spares(spares)
+        spares.take("b-1-0", {**env, "OMP_NUM_THREADS": "3"}, 0, ONNX, GPU).close()
+        (new,) = kept_spares(spares)
+        assert new.pid != old.pid
+        old.process.wait(10)  # ended
+        assert not old.alive()
     finally:
         spares.close()
