@@ -22,10 +22,11 @@ from pathlib import Path
 
 from accel_base.cache import cache_root as gateway_cache_root
 from models import digits, identity, mixed_precision, mlp, simple
+from models.router import build_digits_router
 
 # Part of the cache directory name: bump whenever any model or config changes, so that
 # existing caches are rebuilt instead of silently served stale.
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"
 
 Log = Callable[[str], object]
 
@@ -179,6 +180,10 @@ def build_repository(dest: Path, log: Log = print) -> list[str]:
             )
             continue
         names += group.build(dest, log)
+    for name in build_digits_router(dest, names):
+        names.append(name)
+        log(f"{name}: a router over the digits variants (eager, torch.compile, ONNX Runtime; "
+            "TVM as a shadow), whichever were built")  # fmt: skip
     return names
 
 

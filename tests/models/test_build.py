@@ -40,7 +40,9 @@ GROUPS = {
     "opencl": ["digits_opencl", "mlp_opencl", "mixed_opencl"],
 }
 INSTALLED = build_mod.available_groups()
-EXPECTED = [*BASE, *(name for group in INSTALLED for name in GROUPS[group])]
+# The router over the digits variants comes last, when two of its primaries were built.
+ROUTER = ["digits_router"] if "torch" in INSTALLED else []
+EXPECTED = [*BASE, *(name for group in INSTALLED for name in GROUPS[group]), *ROUTER]
 SKIPPED = [group for group in GROUPS if group not in INSTALLED]
 # Every optional import the builders need, blocked to simulate a machine without them.
 FRAMEWORKS = {
@@ -84,6 +86,8 @@ def test_builds_every_model(built) -> None:
     assert names == EXPECTED
     assert sorted(p.name for p in repo.iterdir()) == sorted(EXPECTED)
     for name in names:
+        if name in ROUTER:
+            continue  # no artifact; its config is checked below
         cfg = parse_config(repo, name)
         assert cfg.name == name
         assert (repo / name / "1" / ARTIFACTS[cfg.platform or cfg.backend]).is_file(), name
@@ -91,7 +95,22 @@ def test_builds_every_model(built) -> None:
     expected = list(BASE)
     for group, models in GROUPS.items():
         expected += models if group in INSTALLED else [f"skipped the {group} models"]
-    assert [ln.split(":")[0] for ln in lines] == expected
+    assert [ln.split(":")[0] for ln in lines] == expected + ROUTER
+
+
+@pytest.mark.skipif(not ROUTER, reason="the digits router needs the torch models")
+def test_digits_router_routes_to_the_built_variants(repo: Path) -> None:
+    from accel_base.proto import model_config_pb2 as ours  # Triton's has no routing field
+
+    text = (repo / "digits_router" / "config.pbtxt").read_text(encoding="utf-8")
+    config = text_format.Parse(text, ours.ModelConfig())
+    assert config.platform == "router" and not (repo / "digits_router" / "1").exists()
+    primaries = {v.model: v.weight for v in config.routing.variant if not v.HasField("shadow")}
+    assert primaries == {"digits_torch_export": 2, "digits_torch_compile": 1,
+                         "digits_torch_onnx": 1}  # fmt: skip
+    shadows = [(v.model, v.shadow.sample_rate) for v in config.routing.variant
+               if v.HasField("shadow")]  # fmt: skip
+    assert shadows == ([("digits_tvm", 0.25)] if "tvm" in INSTALLED else [])
 
 
 def test_without_any_framework_the_onnx_models_still_build(tmp_path: Path) -> None:
@@ -143,7 +162,7 @@ print("DIR", build.repository_dir_name())
 
 
 def test_repository_dir_name_names_the_installed_groups() -> None:
-    assert build_mod.BUILDER_VERSION == "3"
+    assert build_mod.BUILDER_VERSION == "4"
     assert build_mod.repository_dir_name() == "example-repository-" + "+".join(
         [build_mod.BUILDER_VERSION, *INSTALLED]
     )

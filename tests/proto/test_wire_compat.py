@@ -66,14 +66,46 @@ def _file_shape(fd: FileDescriptor) -> dict[str, Any]:
     return out
 
 
+OUR_FIELDS = 1000  # field numbers from here on are ours (protos/model_config.proto)
+
+
+def _without_our_fields(shape: dict[str, Any]) -> dict[str, Any]:
+    """The schema less our fields, and less the messages (with what they nest) that are
+    the types of those fields alone."""
+    ours: set[str] = set()
+    kept: dict[str, Any] = {}
+    for name, fields in shape.items():
+        if not isinstance(fields, dict) or not all(isinstance(f, tuple) for f in fields.values()):
+            kept[name] = fields
+            continue
+        kept[name] = {}
+        for field, (number, *rest) in fields.items():
+            if isinstance(number, int) and number >= OUR_FIELDS:
+                ours.add(rest[2])  # the field's message type
+            else:
+                kept[name][field] = (number, *rest)
+    return {
+        name: fields
+        for name, fields in kept.items()
+        if not any(name == own or name.startswith(own + ".") for own in ours if own)
+    }
+
+
+def test_our_own_fields_are_numbered_past_tritons():
+    shape = _file_shape(ours_mc.DESCRIPTOR)
+    assert shape["inference.ModelConfig"]["routing"][0] == OUR_FIELDS
+    assert "inference.ModelRouting.Variant" not in _without_our_fields(shape)
+
+
 @pytest.mark.parametrize(
     ("ours", "theirs"),
     [(ours_mc.DESCRIPTOR, triton_mc.DESCRIPTOR), (ours_svc.DESCRIPTOR, triton_svc.DESCRIPTOR)],
     ids=["model_config", "grpc_service"],
 )
 def test_schema_matches_triton(ours: FileDescriptor, theirs: FileDescriptor) -> None:
-    """Same messages, enums, RPCs; same field names, numbers, types and oneofs."""
-    mine, triton = _file_shape(ours), _file_shape(theirs)
+    """Same messages, enums, RPCs; same field names, numbers, types and oneofs, but for
+    our own fields (numbers from OUR_FIELDS on) and the messages only they use."""
+    mine, triton = _without_our_fields(_file_shape(ours)), _file_shape(theirs)
     assert sorted(mine) == sorted(triton)
     for name in triton:
         assert mine[name] == triton[name], name
