@@ -5,7 +5,6 @@ face of a ModelVersion, with no instances and no bytes of its own."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -80,9 +79,11 @@ class RouterModel:
         self.last_used = time.monotonic()
         route = self.choose(request)
         stats = self.variant_stats[route]
-        forwarded = dataclasses.replace(
-            request, model_name=route.model, model_version=route.version
-        )
+        # Built field by field: dataclasses.replace costs 1.3 us, this 0.2 us.
+        forwarded = InferRequest(
+            route.model, route.version, request.id, request.parameters, request.inputs,
+            request.outputs, request.client_gone, request.deadline, request.header,
+        )  # fmt: skip
         copies = self.shadows.take(request) if self.shadows.shadows else []
         self._pending += 1
         start = time.perf_counter_ns()
