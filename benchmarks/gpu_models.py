@@ -31,24 +31,14 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.model_cache import Client, fetch, metric, zipf_sequence
-from benchmarks.open_loop import http_request
+from benchmarks.open_loop import binary_infer_request
 from gateway.launch import start_gateway
 
 IMAGE = (3, 224, 224)
 
 
 def infer_bytes(port: int, model: str) -> bytes:
-    data = np.random.default_rng(0).random((1, *IMAGE), dtype=np.float32).tobytes()
-    header = json.dumps({
-        "inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [1, *IMAGE],
-                    "parameters": {"binary_data_size": len(data)}}],
-        "outputs": [{"name": "OUTPUT__0", "parameters": {"binary_data": True}}],
-    }).encode()  # fmt: skip
-    return http_request(
-        "127.0.0.1", port, f"/v2/models/{model}/infer", header + data,
-        {"Inference-Header-Content-Length": str(len(header)),
-         "Content-Type": "application/octet-stream"},
-    )  # fmt: skip
+    return binary_infer_request(port, model, (1, *IMAGE), "INPUT__0", "OUTPUT__0")
 
 
 class GpuSampler(threading.Thread):

@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 _LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
 MAX_CONNECTIONS = 4096
@@ -190,3 +193,21 @@ def http_request(host: str, port: int, path: str, body: bytes, headers: dict[str
     lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(body)}"]
     lines += [f"{key}: {value}" for key, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def binary_infer_request(
+    port: int, model: str, shape: tuple[int, ...], input_name: str, output_name: str
+) -> bytes:
+    """A whole HTTP request for one FP32 input of random values (seeded) with the binary
+    tensor extension both ways."""
+    data = np.random.default_rng(0).random(shape, dtype=np.float32).tobytes()
+    header = json.dumps({
+        "inputs": [{"name": input_name, "datatype": "FP32", "shape": list(shape),
+                    "parameters": {"binary_data_size": len(data)}}],
+        "outputs": [{"name": output_name, "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    return http_request(
+        "127.0.0.1", port, f"/v2/models/{model}/infer", header + data,
+        {"Inference-Header-Content-Length": str(len(header)),
+         "Content-Type": "application/octet-stream"},
+    )  # fmt: skip

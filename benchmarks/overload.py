@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import tempfile
 import threading
 import time
@@ -28,7 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.open_loop import Run, closed_loop, http_request, no_collector_pauses, offer
+from benchmarks.open_loop import (
+    Run,
+    binary_infer_request,
+    closed_loop,
+    no_collector_pauses,
+    offer,
+)
 from benchmarks.perf import pin_to
 from gateway.launch import start_gateway
 from gateway.scheduling.admission import EXEMPT_PER_INSTANCE
@@ -40,17 +45,7 @@ IDLE_CPU_SHARE = 0.05  # the server counts as idle below this share of its core
 
 
 def request_bytes(port: int, model: str) -> bytes:
-    data = np.random.default_rng(0).random((1, 784), dtype=np.float32).tobytes()
-    header = json.dumps({
-        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 784],
-                    "parameters": {"binary_data_size": len(data)}}],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-    }).encode()  # fmt: skip
-    return http_request(
-        "127.0.0.1", port, f"/v2/models/{model}/infer", header + data,
-        {"Inference-Header-Content-Length": str(len(header)),
-         "Content-Type": "application/octet-stream"},
-    )  # fmt: skip
+    return binary_infer_request(port, model, (1, 784), "INPUT0", "OUTPUT0")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from gateway.compare.report import summary
 from gateway.compare.svg import chart, histogram_series
 
 STYLE = """body{font-family:sans-serif;margin:24px;color:#222}
@@ -28,21 +29,17 @@ def _summary(variants: list[dict[str, Any]]) -> str:
             "<th>max abs error</th><th>accuracy</th><th>load s</th><th>first call ms</th>"
             "<th>memory MiB</th><th>speed-up</th></tr>"]  # fmt: skip
     for v in variants:
-        agreement = list(v["agreement"].values())
-        within = min((a["within_tolerance"] for a in agreement), default=None)
-        top1s = [a["top1"] for a in agreement if a.get("top1") is not None]
-        errors = [a["max_abs_error"] for a in agreement if a["max_abs_error"] is not None]
-        memory = v["memory_bytes"] / 2**20 if v["memory_bytes"] is not None else None
+        row = summary(v)
         agrees = "yes" if v["agrees"] else '<span class="no">no</span>'
         speed = "-" if v["speedup"] is None else f"{v['speedup']:.2f}x"
         if v["speedup"] is not None and not v["speedup_counted"] and v is not variants[0]:
             speed += " (not counted)"
         rows.append(
-            f"<tr><td>{escape(v['name'])}</td><td>{agrees}</td>{_cell(within, '.3f')}"
-            f"{_cell(min(top1s) if top1s else None, '.3f')}"
-            f"{_cell(max(errors) if errors else None, '.2e')}{_cell(v['accuracy'], '.4f')}"
-            f"{_cell(v['load_s'], '.2f')}{_cell(v['first_call_ms'], '.1f')}"
-            f"{_cell(memory, '.1f')}<td>{speed}</td></tr>"
+            f"<tr><td>{escape(v['name'])}</td><td>{agrees}</td>{_cell(row['within'], '.3f')}"
+            f"{_cell(row['top1'], '.3f')}{_cell(row['max_abs'], '.2e')}"
+            f"{_cell(v['accuracy'], '.4f')}{_cell(v['load_s'], '.2f')}"
+            f"{_cell(v['first_call_ms'], '.1f')}{_cell(row['memory_mib'], '.1f')}"
+            f"<td>{speed}</td></tr>"
         )
     return "<table>" + "\n".join(rows) + "</table>"
 

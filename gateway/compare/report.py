@@ -48,6 +48,20 @@ def _fmt(value: float | None, spec: str) -> str:
     )
 
 
+def summary(v: dict[str, Any]) -> dict[str, float | None]:
+    """A variant's row of the summary, over all its outputs: the least share within
+    tolerance and of top-1 matches, the largest absolute error, memory in MiB."""
+    agreement = list(v["agreement"].values())
+    top1s = [a["top1"] for a in agreement if a.get("top1") is not None]
+    errors = [a["max_abs_error"] for a in agreement if a["max_abs_error"] is not None]
+    return {
+        "within": min((a["within_tolerance"] for a in agreement), default=None),
+        "top1": min(top1s) if top1s else None,
+        "max_abs": max(errors) if errors else None,
+        "memory_mib": v["memory_bytes"] / 2**20 if v["memory_bytes"] is not None else None,
+    }
+
+
 def table(report: dict[str, Any]) -> str:
     variants = report["variants"]
     lines = [
@@ -58,20 +72,16 @@ def table(report: dict[str, Any]) -> str:
         f"{'load s':>8}{'1st ms':>8}{'MiB':>7}{'speed-up':>10}",
     ]
     for v in variants:
-        agreement = list(v["agreement"].values())
-        within = min((a["within_tolerance"] for a in agreement), default=None)
-        top1s = [a["top1"] for a in agreement if a.get("top1") is not None]
-        errors = [a["max_abs_error"] for a in agreement if a["max_abs_error"] is not None]
-        memory = v["memory_bytes"] / 2**20 if v["memory_bytes"] is not None else None
+        row = summary(v)
         speed = _fmt(v["speedup"], ".2f") + ("x" if v["speedup"] is not None else "")
         if v["speedup"] is not None and not v["speedup_counted"] and v is not variants[0]:
             speed += "*"
         lines.append(
-            f"{v['name'][:23]:<24}{'yes' if v['agrees'] else 'NO':>7}{_fmt(within, '.3f'):>8}"
-            f"{_fmt(min(top1s) if top1s else None, '.3f'):>7}"
-            f"{_fmt(max(errors) if errors else None, '.2e'):>10}{_fmt(v['accuracy'], '.4f'):>9}"
+            f"{v['name'][:23]:<24}{'yes' if v['agrees'] else 'NO':>7}"
+            f"{_fmt(row['within'], '.3f'):>8}{_fmt(row['top1'], '.3f'):>7}"
+            f"{_fmt(row['max_abs'], '.2e'):>10}{_fmt(v['accuracy'], '.4f'):>9}"
             f"{_fmt(v['load_s'], '.2f'):>8}{_fmt(v['first_call_ms'], '.1f'):>8}"
-            f"{_fmt(memory, '.1f'):>7}{speed:>10}"
+            f"{_fmt(row['memory_mib'], '.1f'):>7}{speed:>10}"
         )
     lines += ["", f"{'variant':<24}{'batch':>6}{'conc':>5}{'rows/s':>10}{'p50 ms':>8}"
               f"{'p90 ms':>8}{'p99 ms':>8}{'requests':>9}"]  # fmt: skip
