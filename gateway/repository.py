@@ -367,7 +367,9 @@ class ModelRepository:
         """Placed, loaded, warmed up and measured (gateway/placement/manager.py); a
         router has its variants loaded instead (gateway/routing)."""
         if is_router(config):
-            return await load_router(config, version, self._load_variant, self.serving)
+            return await load_router(
+                config, version, self._load_variant, self.serving, self.get
+            )
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
 
         def load(devices: list) -> ModelVersion:

@@ -9,14 +9,18 @@ from typing import Any
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from gateway.routing.config import router_config, routes_and_shadows, signature_differences
-from gateway.routing.router import Resolve, RouterModel
+from gateway.routing.router import Lookup, Resolve, RouterModel
 
 # (router name, variant name, version) -> the variant's ready model, loaded if need be.
 LoadVariant = Callable[[str, str, str], Awaitable[Any]]
 
 
 async def load_router(
-    config: mc.ModelConfig, version: int, load_variant: LoadVariant, resolve: Resolve
+    config: mc.ModelConfig,
+    version: int,
+    load_variant: LoadVariant,
+    resolve: Resolve,
+    lookup: Lookup | None = None,
 ) -> RouterModel:
     routes, shadows = routes_and_shadows(config)  # a bad section fails before any load
     wanted = [(r.model, r.version) for r in routes] + [(s.model, s.version) for s in shadows]
@@ -28,4 +32,5 @@ async def load_router(
             f"router '{config.name}': its variants must take and give the same tensors: "
             + "; ".join(differences)
         )
-    return RouterModel(router_config(config, reference), version, routes, shadows, resolve)
+    completed = router_config(config, reference)
+    return RouterModel(completed, version, routes, shadows, resolve, lookup)

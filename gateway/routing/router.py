@@ -23,6 +23,7 @@ VARIANT_PARAMETER = "variant"
 VARIANT_HEADER = b"accel-variant"
 
 Resolve = Callable[[str, str], Awaitable[Any]]  # (model, version) -> a ready model
+Lookup = Callable[[str, str], Any]  # the same when it is ready now, else GatewayError
 
 
 class RouterModel:
@@ -35,10 +36,12 @@ class RouterModel:
         routes: list[Route],
         shadows: list[Shadow],
         resolve: Resolve,
+        lookup: Lookup | None = None,
     ) -> None:
         """`config`: the router's own, completed with its variants' signature
         (routing.config.router_config); `routes` and `shadows` from its routing section;
-        `resolve` gives a variant's ready model."""
+        `resolve` gives a variant's ready model, loading it on demand; `lookup`, where
+        given, the same without a coroutine when it is ready (most requests)."""
         self.config = config
         self.name = config.name
         self.version = version
@@ -46,6 +49,7 @@ class RouterModel:
         self.last_used = time.monotonic()
         self.footprints: list[Any] = []
         self.resolve = resolve
+        self.lookup = lookup
         self.routes = routes
         self.table = RouteTable(routes)
         self.sticky_key = config.routing.sticky_key
@@ -89,7 +93,9 @@ class RouterModel:
         start = time.perf_counter_ns()
         response = None
         try:
-            model = await self.resolve(route.model, route.version)
+            model = self._ready(route)
+            if model is None:
+                model = await self.resolve(route.model, route.version)
             response = await model.infer(forwarded)
         except GatewayError:
             elapsed = time.perf_counter_ns() - start
@@ -109,6 +115,16 @@ class RouterModel:
         response.model_name = self.name
         response.model_version = str(self.version)
         return response
+
+    def _ready(self, route: Route) -> Any:
+        """The variant's model if it is ready now, else None (resolve then says why, or
+        loads it on demand)."""
+        if self.lookup is None:
+            return None
+        try:
+            return self.lookup(route.model, route.version)
+        except GatewayError:
+            return None
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
         return model_metadata(self.config, versions)

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 from google.protobuf import text_format
 
+from accel_base.errors import Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.routing.router import VARIANT_PARAMETER, RouterModel
@@ -43,3 +44,26 @@ def test_the_forwarded_request_keeps_every_field_but_the_model():
         value = getattr(forwarded, field.name)
         assert value == (expected if expected else getattr(request, field.name)), field.name
     assert response.model_name == "r" and response.parameters[VARIANT_PARAMETER] == "v"
+
+
+def test_a_variant_not_ready_now_is_resolved_and_a_ready_one_looked_up():
+    variant = Recorder()
+    resolved: list[str] = []
+    ready: set[str] = set()
+
+    async def resolve(model: str, version: str) -> Recorder:
+        resolved.append(model)  # on demand this would load it
+        return variant
+
+    def lookup(model: str, version: str) -> Recorder:
+        if model not in ready:
+            raise Unavailable(f"model '{model}' is not loaded; it loads on its first request")
+        return variant
+
+    config = text_format.Parse('name: "r" platform: "router"', mc.ModelConfig())
+    router = RouterModel(config, 1, [Route("v", "", 1.0)], [], resolve, lookup)
+    request = InferRequest("r", inputs=[Tensor("x", "FP32", np.zeros((1, 2), np.float32))])
+    asyncio.run(router.infer(request))
+    ready.add("v")
+    asyncio.run(router.infer(request))
+    assert resolved == ["v"] and len(variant.seen) == 2
