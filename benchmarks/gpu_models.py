@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks.model_cache import Client, fetch, metric, zipf_sequence
 from benchmarks.open_loop import binary_infer_request
+from gateway.gpu import read_gpus
 from gateway.launch import start_gateway
 
 IMAGE = (3, 224, 224)
@@ -73,16 +74,6 @@ class GpuSampler(threading.Thread):
                 self.samples += 1
         finally:
             pynvml.nvmlShutdown()
-
-
-def device_used() -> int:
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def closed_loop(port: int, sequences: list[list[str]], seconds: float):
@@ -158,7 +149,7 @@ def main() -> None:
         for seed, name in enumerate(names):
             write_resnet50(repository, name, seed)
         print(f"{args.copies} ResNet-50s written in {time.monotonic() - began:.0f} s", flush=True)
-        baseline = device_used()
+        baseline = read_gpus()[0].memory_used_bytes
         logs = args.log_dir or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
         common = dict(timeout_s=300)

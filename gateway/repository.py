@@ -109,9 +109,9 @@ class ModelRepository:
         # Names given to model directories elsewhere in the repository (SageMaker's
         # multi-model loads: gateway/http/sagemaker_models.py).
         self.aliases: dict[str, Path] = {}
-        self.memory = memory or MemoryManager(read_inventory(), evicts=control_mode == "on-demand")
-        # On demand, GPU workers start ahead with their framework imported.
         on_demand = control_mode == "on-demand"
+        self.memory = memory or MemoryManager(read_inventory(), evicts=on_demand)
+        # On demand, GPU workers start ahead with their framework imported.
         self.spares = SpareWorkers(self.memory.load_concurrency) if on_demand else None
         self._settling: asyncio.TimerHandle | None = None
         self.on_demand = OnDemand(self)

@@ -48,6 +48,3 @@ class RoomWaiters:
         finally:
             if future in self._waiters:
                 self._waiters.remove(future)
-
-    def __len__(self) -> int:
-        return len(self._waiters)

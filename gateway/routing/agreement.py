@@ -32,9 +32,9 @@ def compare(
     max_abs = max_rel = 0.0
     for name, expected in primary.items():
         got = shadow.get(name)
-        if got is None or got.shape != expected.shape:
-            found = "missing" if got is None else f"shape {list(got.shape)}"
-            return _incomparable(f"output '{name}': expected shape {list(expected.shape)}, {found}")
+        mismatch = _shape_mismatch(name, expected, got)
+        if mismatch:
+            return _incomparable(mismatch)
         if expected.dtype.kind in "OSUb" or got.dtype.kind in "OSUb":
             same = bool(np.array_equal(expected, got))
             within = within and same
@@ -45,10 +45,7 @@ def compare(
         a, b = expected.astype(np.float64), got.astype(np.float64)
         within = within and bool(np.allclose(b, a, rtol=rtol, atol=atol, equal_nan=True))
         if a.size:
-            diff = np.abs(b - a)
-            both_nan = np.isnan(a) & np.isnan(b)
-            diff[both_nan] = 0.0
-            diff[np.isnan(diff)] = np.inf  # one side NaN: as far apart as can be
+            diff = _distance(a, b)
             max_abs = max(max_abs, float(diff.max()))
             nonzero = a != 0
             if nonzero.any():
@@ -61,6 +58,23 @@ def compare(
 
 def _incomparable(why: str) -> Agreement:
     return Agreement(False, False, float("inf"), float("inf"), why)
+
+
+def _shape_mismatch(name: str, expected: np.ndarray, got: np.ndarray | None) -> str:
+    """Why `got` cannot be compared with `expected` by shape, or "" when it can."""
+    if got is not None and got.shape == expected.shape:
+        return ""
+    found = "missing" if got is None else f"shape {list(got.shape)}"
+    return f"output '{name}': expected shape {list(expected.shape)}, {found}"
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|b - a| element by element, 0 where both are NaN and infinite where one is (as
+    far apart as can be)."""
+    diff = np.abs(b - a)
+    diff[np.isnan(a) & np.isnan(b)] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    return diff
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +102,9 @@ def compare_rows(
     top1: np.ndarray | None = None
     for name, expected in primary.items():
         got = other.get(name)
-        if got is None or got.shape != expected.shape:
-            found = "missing" if got is None else f"shape {list(got.shape)}"
-            raise ValueError(f"output '{name}': expected shape {list(expected.shape)}, {found}")
+        mismatch = _shape_mismatch(name, expected, got)
+        if mismatch:
+            raise ValueError(mismatch)
         if expected.dtype.kind in "OSUbc" or got.dtype.kind in "OSUbc":
             same = (expected.reshape(rows, -1) == got.reshape(rows, -1)).all(axis=1)
             within &= same
@@ -101,9 +115,7 @@ def compare_rows(
             got.astype(np.float64).reshape(rows, -1),
         )
         within &= np.isclose(b, a, rtol=rtol, atol=atol, equal_nan=True).all(axis=1)
-        diff = np.abs(b - a)
-        diff[np.isnan(a) & np.isnan(b)] = 0.0
-        diff[np.isnan(diff)] = np.inf
+        diff = _distance(a, b)
         if diff.shape[1]:
             abs_error = np.maximum(abs_error, diff.max(axis=1))
             # Over nonzero, non-NaN primaries only (a NaN shows as an infinite abs_error).
