@@ -18,6 +18,7 @@ from accel_base.cpu import DEFAULT_BACKEND_NICE
 from gateway import __version__
 from gateway.core import InferenceCore
 from gateway.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
+from gateway.grpc.acceptors import Acceptors
 from gateway.grpc.service import add_services, set_serving
 from gateway.http.app import create_app
 from gateway.http.infer_route import with_infer_route
@@ -31,6 +32,10 @@ from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
 from gateway.security import TLSFiles, check_management_exposure, management_enabled
 
 log = logging.getLogger("accel_gateway")
+
+# New ModelInfer calls that gRPC may hand over in one turn of the event loop
+# (gateway/grpc/acceptors.py).
+GRPC_ACCEPTORS = 32
 
 
 @dataclass
@@ -137,6 +142,7 @@ class Gateway:
         self._poller: asyncio.Task | None = None
         self._shedding: asyncio.Task | None = None
         self.grpc_server: grpc.aio.Server | None = None
+        self.acceptors: Acceptors | None = None
         self.http: _Uvicorn | None = None
         self.metrics: _Uvicorn | None = None
         self.sagemaker: _Uvicorn | None = None
@@ -164,7 +170,7 @@ class Gateway:
                 ("grpc.max_connection_idle_ms", int(limits.keep_alive_s * 1000)),
             ],
         )
-        self.health = add_services(self.grpc_server, self.core)
+        self.health, hot_methods = add_services(self.grpc_server, self.core)
         address = f"{options.host}:{options.grpc_port}"
         try:
             if credentials is None:
@@ -177,6 +183,10 @@ class Gateway:
                     sock.close()
             raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
         await self.grpc_server.start()
+        self.acceptors = Acceptors(
+            self.grpc_server, hot_methods, GRPC_ACCEPTORS, limits.max_connections
+        )
+        self.acceptors.start()
         await set_serving(self.health, False)
 
         self.http = _uvicorn(

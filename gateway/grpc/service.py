@@ -231,12 +231,23 @@ def _stream_error(message: str, request: pb.ModelInferRequest) -> pb.ModelStream
     )
 
 
-def add_services(server: grpc.aio.Server, core: InferenceCore) -> HealthServicer:
-    """Register the V2 service and grpc.health.v1 on `server`; returns the health servicer."""
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(core), server)
+def add_services(
+    server: grpc.aio.Server, core: InferenceCore
+) -> tuple[HealthServicer, dict[str, grpc.RpcMethodHandler]]:
+    """Register the V2 service and grpc.health.v1 on `server`. Returns the health servicer
+    and the handlers of the calls that come many at a time (for gateway/grpc/acceptors.py)."""
+    service = InferenceService(core)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    return health
+    hot = {
+        "/inference.GRPCInferenceService/ModelInfer": grpc.unary_unary_rpc_method_handler(
+            service.ModelInfer,
+            request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.ModelInferResponse.SerializeToString,
+        )
+    }
+    return health, hot
 
 
 async def set_serving(health: HealthServicer, serving: bool) -> None:
