@@ -92,11 +92,31 @@ def perf_analyzer(
 
 
 def print_table(title: str, floor_label: str, floor: float, rows: list[Measurement]) -> None:
+    """One row a measurement, as a ratio to the floor and to the HTTP binary figure of the
+    same group (the label's part after the first comma) and concurrency, where measured."""
     print(f"\n{title}")
     print(f"floor: {floor_label}: {floor:,.0f} /s")
-    print(f"{'path':<28}{'conc':>5}{'infer/s':>10}{'x floor':>9}{'p50 ms':>9}{'p99 ms':>9}")
+    print(
+        f"{'path':<32}{'conc':>5}{'infer/s':>10}{'x floor':>9}{'x HTTP bin':>11}"
+        f"{'p50 ms':>9}{'p99 ms':>9}"
+    )
     for m in rows:
+        reference = http_binary_of(m, rows)
+        versus = f"{m.throughput / reference:>11.2f}" if reference else f"{'':>11}"
         print(
-            f"{m.label:<28}{m.concurrency:>5}{m.throughput:>10,.0f}{m.throughput / floor:>9.3f}"
-            f"{m.p50_us / 1000:>9.2f}{m.p99_us / 1000:>9.2f}"
+            f"{m.label:<32}{m.concurrency:>5}{m.throughput:>10,.0f}{m.throughput / floor:>9.3f}"
+            f"{versus}{m.p50_us / 1000:>9.2f}{m.p99_us / 1000:>9.2f}"
         )
+
+
+def _group(label: str) -> str:
+    return label.partition(",")[2].strip()
+
+
+def http_binary_of(m: Measurement, rows: list[Measurement]) -> float | None:
+    """The HTTP binary throughput measured beside `m`: same group, same concurrency."""
+    for r in rows:
+        same = r.concurrency == m.concurrency and _group(r.label) == _group(m.label)
+        if same and r.label.startswith("HTTP binary") and r.throughput > 0:
+            return r.throughput
+    return None

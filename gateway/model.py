@@ -17,6 +17,7 @@ from accel_base.datatypes import v2_datatype
 from accel_base.errors import GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
+from backends.parameters import bool_parameter
 from gateway.gpu import gpu_count
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
@@ -161,6 +162,8 @@ class ModelVersion:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
                 config.max_batch_size, max_queue_size, budget_ms, instances[0].allowed_batch_sizes,
+                # Off: Triton's rule, a partial batch always waits out its window.
+                adaptive_window=bool_parameter(config, "adaptive_batch_window", True),
             )  # fmt: skip
         else:
             self.scheduler = DirectScheduler(

@@ -25,6 +25,7 @@ from gateway.scheduling.planner import BatchingRules, Send, plan
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.queue import Pending, RequestQueue
 from gateway.scheduling.responses import backend_failure, build_response
+from gateway.scheduling.window import ArrivalRate
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules, check_request
 
@@ -52,6 +53,7 @@ class DynamicBatcher:
         queue_budget_ms: float,
         allowed_batch_sizes: tuple[int, ...] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        adaptive_window: bool = True,
     ) -> None:
         self.pool = pool
         self.rules = rules
@@ -62,7 +64,9 @@ class DynamicBatcher:
             max_batch_size=max_batch_size,
             preferred_sizes=tuple(config.preferred_batch_size),
             max_queue_delay_s=config.max_queue_delay_microseconds / 1e6,
+            adaptive=adaptive_window,
         )
+        self.arrivals = ArrivalRate()
         self.preserve_ordering = config.preserve_ordering
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
@@ -109,6 +113,7 @@ class DynamicBatcher:
         if self.preserve_ordering:
             done = self._last_done = loop.create_future()
         self.pending += 1
+        self.arrivals.arrived(now)
         self._ensure_driver()
         self._arrival.set()
         try:
@@ -121,6 +126,7 @@ class DynamicBatcher:
             raise
         finally:
             self.pending -= 1
+            self.arrivals.answered(self.clock())
             if done is not None:
                 done.set_result(None)
         return build_response(
@@ -188,7 +194,7 @@ class DynamicBatcher:
             now = self.clock()
             for pending in self.queue.expire(now):
                 self._reject_timed_out(pending)
-            decision = plan(self.queue, now, self.batching)
+            decision = plan(self.queue, now, self.batching, self.arrivals.per_second(now))
             if isinstance(decision, Send):
                 return decision
             wake = decision.time

@@ -7,17 +7,21 @@ returns a decision; the driver (dynamic.py) carries it out.
   and lasts `max_queue_delay`.
 - A batch goes at once when it reaches max_batch_size, or when the queue can fill
   a preferred batch size (the largest one it can), or when the window is over
-  (then with every compatible request, up to max_batch_size).
+  (then with every compatible request, up to max_batch_size), or when waiting cannot
+  help: no other request is expected before the window ends (window.py; unless the
+  rules say `adaptive=False`, Triton's rule).
 - Requests go in priority order; those whose inputs cannot be concatenated with the
   first one's (other trailing dimensions) wait for a batch of their own.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.scheduling.queue import Pending, RequestQueue
+from gateway.scheduling.window import worth_waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,7 @@ class BatchingRules:
     max_batch_size: int
     preferred_sizes: tuple[int, ...] = ()
     max_queue_delay_s: float = 0.0
+    adaptive: bool = True  # send a partial batch at once when no company is expected
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,10 @@ class WaitUntil:
     time: float | None  # None: until something new arrives
 
 
-def plan(queue: RequestQueue, now: float, rules: BatchingRules) -> Send | WaitUntil:
+def plan(
+    queue: RequestQueue, now: float, rules: BatchingRules, arrivals_per_s: float = math.inf
+) -> Send | WaitUntil:
+    """`arrivals_per_s`: how fast requests arrive while others are pending (window.py)."""
     head = queue.head()
     if head is None:
         return WaitUntil(None)
@@ -61,6 +69,8 @@ def plan(queue: RequestQueue, now: float, rules: BatchingRules) -> Send | WaitUn
         return Send(chosen[: sizes_reached.index(preferred) + 1])
     window_end = head.arrival + rules.max_queue_delay_s
     if now >= window_end:
+        return Send(chosen)
+    if rules.adaptive and not worth_waiting(arrivals_per_s, window_end - now):
         return Send(chosen)
     return WaitUntil(window_end)
 

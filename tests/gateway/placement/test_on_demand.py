@@ -19,6 +19,9 @@ from gateway.placement.ledger import NoRoom
 CPU = Device("cpu")
 MB = 10**6
 
+# A lone request waits out its whole batch window (Triton's rule), which keeps its model busy.
+WAITS_OUT = ' parameters { key: "adaptive_batch_window" value: { string_value: "false" } }'
+
 
 def sized(mb: int, extra: str = "") -> str:
     """Config text: the model's instance takes `mb` megabytes, and `extra`."""
@@ -96,7 +99,7 @@ def test_pinned_models_load_at_start_and_are_never_evicted(models_dir, on_demand
 def test_a_model_with_a_request_in_flight_is_not_evicted(models_dir, on_demand):
     # b's batch window holds its request for a second, so it is busy meanwhile.
     slow = sized(100, "dynamic_batching { max_queue_delay_microseconds: 1000000 "
-                 "preferred_batch_size: [ 8 ] }")  # fmt: skip
+                 "preferred_batch_size: [ 8 ] }" + WAITS_OUT)  # fmt: skip
     core = on_demand(models_dir({"a": sized(100), "b": slow, "c": sized(100)}), budget_mb=200)
 
     async def scenario():
@@ -242,7 +245,10 @@ def test_the_budget_holds_over_a_thousand_random_requests_to_twenty_models(model
     assert stats.evictions > 0 and stats.hits > 0 and stats.load_failures == 0
 
 
-SLOW = "dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [ 8 ] }"
+SLOW = (
+    "dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [ 8 ] }"
+    + WAITS_OUT
+)
 
 
 def test_a_load_whose_room_busy_models_hold_waits_for_one_to_fall_idle(models_dir, on_demand):
@@ -270,7 +276,7 @@ def test_a_load_whose_room_busy_models_hold_waits_for_one_to_fall_idle(models_di
 
 def test_a_load_that_waits_for_room_past_the_load_timeout_says_so(models_dir, on_demand):
     busy_for_a_second = "dynamic_batching { max_queue_delay_microseconds: 1000000 " \
-        "preferred_batch_size: [ 8 ] }"  # fmt: skip
+        "preferred_batch_size: [ 8 ] }" + WAITS_OUT  # fmt: skip
     root = models_dir({"a": sized(100, busy_for_a_second), "c": sized(100)})
     core = on_demand(root, budget_mb=100, load_timeout_s=0.2)
 

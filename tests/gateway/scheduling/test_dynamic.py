@@ -53,6 +53,7 @@ def make_batcher(
     max_batch_size: int = 8,
     max_queue_size: int = 100,
     queue_budget_ms: float = 60_000.0,  # no admission refusals unless a test asks
+    adaptive_window: bool = False,  # Triton's window unless a test asks
 ):
     config = text_format.Parse(
         f'name: "m" max_batch_size: {max_batch_size} '
@@ -65,7 +66,7 @@ def make_batcher(
     return DynamicBatcher(
         pool, RequestRules.from_config(config), {"y": "FP32"}, ModelStatistics("m", "1"),
         config.dynamic_batching, max_batch_size, max_queue_size, queue_budget_ms,
-        backends[0].allowed_batch_sizes(),
+        backends[0].allowed_batch_sizes(), adaptive_window=adaptive_window,
     )  # fmt: skip
 
 
@@ -284,3 +285,39 @@ def test_a_request_past_its_deadline_leaves_the_batch_unrun():
 
     asyncio.run(go())
     assert [b.tolist() for b in backend.batches] == [[[1.0, 1.0]]]  # the first only
+
+
+def test_a_lone_client_does_not_wait_the_window():
+    batcher = make_batcher([DoublingBackend()], adaptive_window=True)  # a 20 ms window
+
+    async def go():
+        for value in range(50):
+            await batcher.infer(request(float(value)))
+        await batcher.close()
+
+    asyncio.run(go())
+    queue = batcher.stats.queue
+    assert queue.count == 50
+    assert queue.ns / queue.count < 2_000_000  # far under the 20 ms window
+
+
+def test_under_load_batches_still_fill_to_the_preferred_size():
+    backend = DoublingBackend(sleep_s=0.004)
+    batcher = make_batcher(
+        [backend], "max_queue_delay_microseconds: 20000 preferred_batch_size: [ 8 ]",
+        adaptive_window=True,
+    )  # fmt: skip
+
+    async def client(first: float):
+        for step in range(6):
+            await batcher.infer(request(first + step))
+
+    async def go():
+        await asyncio.gather(*(client(100.0 * n) for n in range(16)))
+        await batcher.close()
+
+    asyncio.run(go())
+    sizes = [len(batch) for batch in backend.batches]
+    assert sum(sizes) == 96
+    # The first batch may go alone, before any company was seen; the rest fill up.
+    assert sum(size == 8 for size in sizes) >= len(sizes) - 2

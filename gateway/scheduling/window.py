@@ -1,0 +1,72 @@
+"""The adaptive batch window: a partial batch waits only when another request is likely.
+
+Triton holds a partial batch until `max_queue_delay_microseconds` has passed since its
+oldest request arrived, even when nothing else is coming: a client alone pays the whole
+window on every request (the batched `mlp` at concurrency 1 ran 0.14x the unbatched one).
+
+The rule: with an instance free, a partial batch waits only if at least `EXPECTED` more
+requests are expected before its window ends. The expectation comes from `ArrivalRate`:
+the arrivals that came while other requests of the model were pending, per second that
+requests were pending, over the last `TAU_S` or so. That is the rate at which a queued
+request sees company arrive. A client that waits for each answer before it sends again
+never arrives while its own request is pending, so alone it never waits; under load,
+arrivals overlap and batches fill as the config says. `max_queue_delay_microseconds` stays
+the upper bound, and a model's parameter `adaptive_batch_window: false` restores Triton's
+rule exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Memory of the arrival estimate, in seconds: long enough to span many windows, short enough
+# that a load which stops is forgotten within a second or two.
+TAU_S = 0.5
+# Arrivals expected in the rest of the window for waiting to be worth it.
+EXPECTED = 1.0
+
+
+class ArrivalRate:
+    """Arrivals per second of pending time: arrivals that find another request pending,
+    over the time some request was pending, both decayed with time constant `tau_s`."""
+
+    def __init__(self, tau_s: float = TAU_S) -> None:
+        self._tau_s = tau_s
+        self._overlaps = 0.0  # decayed count of arrivals that found company
+        self._busy_s = 0.0  # decayed seconds during which a request was pending
+        self._pending = 0
+        self._last: float | None = None
+
+    def _advance(self, now: float) -> None:
+        if self._last is None:
+            self._last = now
+            return
+        elapsed = max(now - self._last, 0.0)
+        decay = math.exp(-elapsed / self._tau_s)
+        self._overlaps *= decay
+        self._busy_s = self._busy_s * decay + (elapsed if self._pending else 0.0)
+        self._last = now
+
+    def arrived(self, now: float) -> None:
+        """A request of the model was accepted."""
+        self._advance(now)
+        if self._pending:
+            self._overlaps += 1.0
+        self._pending += 1
+
+    def answered(self, now: float) -> None:
+        """A request of the model left: answered, refused or cancelled."""
+        self._advance(now)
+        self._pending = max(self._pending - 1, 0)
+
+    def per_second(self, now: float) -> float:
+        self._advance(now)
+        if self._overlaps < 1.0:  # less than one recent arrival in company: no evidence
+            return 0.0
+        # At least a microsecond of pending time: an estimate, not a division by zero.
+        return self._overlaps / max(self._busy_s, 1e-6)
+
+
+def worth_waiting(arrivals_per_s: float, remaining_s: float) -> bool:
+    """Whether a partial batch should wait out the `remaining_s` of its window."""
+    return arrivals_per_s * remaining_s >= EXPECTED
