@@ -171,6 +171,8 @@ class DynamicBatcher:
     async def _acquire(self) -> Any:
         """Wait for an instance (a worker may be restarting), rejecting queued requests
         whose queue timeout passes meanwhile."""
+        if not self.queue.can_time_out:  # nothing to reject meanwhile: the cheap wait
+            return await self.pool.acquire()
         acquire = asyncio.ensure_future(self.pool.acquire())
         try:
             while True:
@@ -202,9 +204,11 @@ class DynamicBatcher:
             if deadline is not None:
                 wake = deadline if wake is None else min(wake, deadline)
             self._arrival.clear()
-            timeout = None if wake is None else max(wake - self.clock(), 0.0)
+            if wake is None:  # an empty queue waits for news alone, without a timer
+                await self._arrival.wait()
+                continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrival.wait(), timeout)
+                await asyncio.wait_for(self._arrival.wait(), max(wake - self.clock(), 0.0))
 
     def _fail_queued(self, error: GatewayError) -> None:
         for pending in list(self.queue.in_order()):

@@ -81,6 +81,11 @@ class RequestQueue:
             p.default_timeout_us or p.allow_timeout_override for p in self.policies.values()
         )
 
+    @property
+    def can_time_out(self) -> bool:
+        """Whether a queued request may ever time out (its policy has a timeout)."""
+        return self._timeouts
+
     @classmethod
     def from_config(cls, batching: mc.ModelDynamicBatching, max_total: int) -> RequestQueue:
         levels = max(batching.priority_levels, 1)

@@ -6,13 +6,17 @@ window on every request (the batched `mlp` at concurrency 1 ran 0.14x the unbatc
 
 The rule: with an instance free, a partial batch waits only if at least `EXPECTED` more
 requests are expected before its window ends. The expectation comes from `ArrivalRate`:
-the arrivals that came while other requests of the model were pending, per second that
-requests were pending, over the last `TAU_S` or so. That is the rate at which a queued
-request sees company arrive. A client that waits for each answer before it sends again
-never arrives while its own request is pending, so alone it never waits; under load,
-arrivals overlap and batches fill as the config says. `max_queue_delay_microseconds` stays
-the upper bound, and a model's parameter `adaptive_batch_window: false` restores Triton's
-rule exactly.
+- the arrivals that came while other requests of the model were pending, per second that
+  requests were pending, over the last `TAU_S` or so: the rate at which a queued request
+  sees company arrive. A client that waits for each answer before it sends again never
+  arrives while its own request is pending, so alone it never waits.
+- none at all while as many requests are pending (queued or running) as at any moment of
+  the last one or two `TAU_S`: N clients that each wait for their answer have nobody left
+  to send, so 8 such clients do not wait out a window sized for 64 (Triton's rule held
+  the batched `mlp` at concurrency 8 to 0.4x the unbatched model).
+Under load arrivals overlap and batches fill as the config says.
+`max_queue_delay_microseconds` stays the upper bound, and a model's parameter
+`adaptive_batch_window: false` restores Triton's rule exactly.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ class ArrivalRate:
         self._busy_s = 0.0  # decayed seconds during which a request was pending
         self._pending = 0
         self._last: float | None = None
+        # The most requests pending at once, in this period of tau_s and in the one before.
+        self._peak = 0
+        self._peak_before = 0
+        self._period_start: float | None = None
 
     def _advance(self, now: float) -> None:
         if self._last is None:
@@ -47,12 +55,21 @@ class ArrivalRate:
         self._busy_s = self._busy_s * decay + (elapsed if self._pending else 0.0)
         self._last = now
 
+    def _track_peak(self, now: float) -> None:
+        if self._period_start is None or now - self._period_start >= self._tau_s:
+            recent = self._period_start is not None and now - self._period_start < 2 * self._tau_s
+            self._peak_before = self._peak if recent else 0
+            self._peak = 0
+            self._period_start = now
+        self._peak = max(self._peak, self._pending)
+
     def arrived(self, now: float) -> None:
         """A request of the model was accepted."""
         self._advance(now)
         if self._pending:
             self._overlaps += 1.0
         self._pending += 1
+        self._track_peak(now)
 
     def answered(self, now: float) -> None:
         """A request of the model left: answered, refused or cancelled."""
@@ -60,7 +77,11 @@ class ArrivalRate:
         self._pending = max(self._pending - 1, 0)
 
     def per_second(self, now: float) -> float:
+        """How fast more requests are expected to arrive now (see the module's rule)."""
         self._advance(now)
+        self._track_peak(now)
+        if self._pending >= max(self._peak, self._peak_before):
+            return 0.0  # as many pending as lately at most: everyone is waiting already
         if self._overlaps < 1.0:  # less than one recent arrival in company: no evidence
             return 0.0
         # At least a microsecond of pending time: an estimate, not a division by zero.

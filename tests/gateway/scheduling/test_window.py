@@ -37,6 +37,24 @@ def test_arrivals_that_overlap_give_their_rate_per_pending_second():
     assert not worth_waiting(rate.per_second(now), 0.0005)  # 0.5 expected
 
 
+def test_clients_that_are_all_pending_already_bring_no_company():
+    rate = ArrivalRate()
+    now = 0.0
+    for _ in range(500):  # 8 clients, each sending again once answered
+        for _ in range(8):
+            now += 0.0001
+            rate.arrived(now)
+        now += 0.0005
+        for _ in range(8):
+            rate.answered(now)
+    for _ in range(7):
+        now += 0.0001
+        rate.arrived(now)
+    assert worth_waiting(rate.per_second(now), 0.002)  # the eighth is on its way
+    rate.arrived(now + 0.0001)
+    assert rate.per_second(now + 0.0001) == 0.0  # all eight are here: nobody else comes
+
+
 def test_a_load_that_stopped_is_forgotten_within_seconds():
     rate = ArrivalRate()
     now = 0.0
