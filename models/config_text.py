@@ -28,6 +28,9 @@ class DynamicBatching:
 
     max_queue_delay_us: int = 0
     preferred_batch_sizes: tuple[int, ...] = ()
+    # False: every partial batch waits out its window (Triton's rule), not only when another
+    # request is expected (the gateway's adaptive window; the adaptive_batch_window parameter).
+    adaptive: bool = True
 
 
 def quote(text: str) -> str:
@@ -99,6 +102,8 @@ def model_config_text(
         lines += _tensor_block("output", outputs)
     if dynamic_batching is not None:
         lines += _dynamic_batching_block(dynamic_batching)
+        if not dynamic_batching.adaptive:
+            parameters = {**(parameters or {}), "adaptive_batch_window": "false"}
     if parameters:
         lines += _parameters_block(parameters)
     return "\n".join(lines) + "\n"

@@ -93,6 +93,7 @@ def write_mlp(
     preferred_batch_sizes: tuple[int, ...] = (),
     intra_op_threads: int | None = None,
     seed: int = SEED,
+    adaptive_window: bool = True,
 ) -> None:
     """Write ``<repository>/<name>/config.pbtxt`` and ``<repository>/<name>/1/model.onnx``."""
     model_dir = Path(repository) / name
@@ -101,7 +102,9 @@ def write_mlp(
 
     batching = None
     if dynamic_batching:
-        batching = DynamicBatching(max_queue_delay_us, tuple(preferred_batch_sizes))
+        batching = DynamicBatching(
+            max_queue_delay_us, tuple(preferred_batch_sizes), adaptive=adaptive_window
+        )
     # Triton's onnxruntime backend reads this as the session's intra-op thread count.
     parameters = None
     if intra_op_threads is not None:

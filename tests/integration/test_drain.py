@@ -26,7 +26,7 @@ def infer(module, client, value: float):
 
 def test_sigterm_answers_everything_in_flight(tmp_path, server_factory):
     write_mlp(tmp_path / "repository", "slow", 64, dynamic_batching=True,
-              max_queue_delay_us=int(WINDOW_S * 1e6))  # fmt: skip
+              max_queue_delay_us=int(WINDOW_S * 1e6), adaptive_window=False)  # fmt: skip
     server = server_factory(tmp_path / "repository", "--drain-seconds", "20")
     results: queue.Queue = queue.Queue()
 

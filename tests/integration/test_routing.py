@@ -31,7 +31,10 @@ def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("routing") / "repository"
     for name, seed in (("eager", 1), ("twin", 1), ("other", 2), ("gone", 1)):
         write_mlp(repo, name, 32, dynamic_batching=False, seed=seed, intra_op_threads=1)
-    write_mlp(repo, "slow", 32, dynamic_batching=True, max_queue_delay_us=100_000, seed=1)
+    write_mlp(
+        repo, "slow", 32, dynamic_batching=True, max_queue_delay_us=100_000, seed=1,
+        adaptive_window=False,  # each copy waits out the window: a slow shadow
+    )  # fmt: skip
     simple.build(repo)
     write_router(repo, "ab", [Variant("eager", 3), Variant("twin", 1)], sticky_key="user")
     write_router(
