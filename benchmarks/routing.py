@@ -65,6 +65,8 @@ def main() -> None:
     )
     add_run_arguments(parser)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
         write_repository(repository)
@@ -86,8 +88,13 @@ def main() -> None:
                     # Direct and routed alternate `repeats` times; the median of the pairs'
                     # ratios is the router's cost (one pair swings a few percent either way).
                     pairs = [(measure("simple"), measure("routed")) for _ in range(args.repeats)]
-                    ratios[label, concurrency] = statistics.median(
-                        routed.throughput / direct.throughput for direct, routed in pairs
+                    measured = [  # a failed perf_analyzer run reads as NaN
+                        routed.throughput / direct.throughput
+                        for direct, routed in pairs
+                        if direct.throughput > 0 and routed.throughput > 0
+                    ]
+                    ratios[label, concurrency] = (
+                        statistics.median(measured) if measured else float("nan")
                     )
                     middle = sorted(pairs, key=lambda pair: pair[0].throughput)[len(pairs) // 2]
                     results[label, concurrency, "simple"] = middle[0]

@@ -17,7 +17,6 @@ from accel_base.datatypes import v2_datatype
 from accel_base.errors import GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
-from backends.parameters import bool_parameter
 from gateway.gpu import gpu_count
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import complete_config, platform_of
@@ -34,6 +33,7 @@ from gateway.scheduling.execution import (
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.process_instance import ProcessInstance
 from gateway.scheduling.spares import SpareWorkers
+from gateway.scheduling.window import adaptive_window
 from gateway.sealing import check_artifact, relative_to_repository, repository_prefixes
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
@@ -162,8 +162,7 @@ class ModelVersion:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
                 config.max_batch_size, max_queue_size, budget_ms, instances[0].allowed_batch_sizes,
-                # Off: Triton's rule, a partial batch always waits out its window.
-                adaptive_window=bool_parameter(config, "adaptive_batch_window", True),
+                adaptive_window=adaptive_window(config),
             )  # fmt: skip
         else:
             self.scheduler = DirectScheduler(

@@ -40,6 +40,7 @@ from gateway.routing.router import RouterModel
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.spares import SpareWorkers
+from gateway.scheduling.window import adaptive_window
 from gateway.sealing import (
     check_config_paths,
     check_links,
@@ -317,6 +318,7 @@ class ModelRepository:
             check_config_paths(config, model_dir)
             await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
+            adaptive_window(config)  # the same
             wanted = versions_to_load(config, available_versions(model_dir))
             if not wanted and is_router(config):
                 wanted = [1]  # a router needs no version directory

@@ -161,7 +161,9 @@ class Gateway:
             sagemaker_socket = _listen(options.host, options.sagemaker_port, "SageMaker")
         limits = options.limits
         self.grpc_server = grpc.aio.server(
-            # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue.
+            # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue. grpc
+            # counts only the calls its own loop accepts; the V2 service counts all of its
+            # own (gateway/grpc/service.py), so this bounds the health service's.
             maximum_concurrent_rpcs=limits.max_connections,
             options=[
                 ("grpc.max_receive_message_length", options.max_body_bytes),
@@ -170,7 +172,9 @@ class Gateway:
                 ("grpc.max_connection_idle_ms", int(limits.keep_alive_s * 1000)),
             ],
         )
-        self.health, hot_methods = add_services(self.grpc_server, self.core)
+        self.health, hot_methods = add_services(
+            self.grpc_server, self.core, limits.max_connections
+        )
         address = f"{options.host}:{options.grpc_port}"
         try:
             if credentials is None:
@@ -183,9 +187,7 @@ class Gateway:
                     sock.close()
             raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
         await self.grpc_server.start()
-        self.acceptors = Acceptors(
-            self.grpc_server, hot_methods, GRPC_ACCEPTORS, limits.max_connections
-        )
+        self.acceptors = Acceptors(self.grpc_server, hot_methods, GRPC_ACCEPTORS)
         self.acceptors.start()
         await set_serving(self.health, False)
 

@@ -61,10 +61,10 @@ class Acceptors:
     """Extra outstanding call requests for some registered methods of one grpc.aio server.
 
     `handlers` maps a fully qualified method ("/package.Service/Method") to its handler, as
-    registered on the server. Calls taken here count against `max_calls` of their own, apart
-    from the server's `maximum_concurrent_rpcs` (which this code cannot read): past it they
-    get RESOURCE_EXHAUSTED, as past the server's own. So a method's calls are bounded by the
-    sum of the two.
+    registered on the server (which has no interceptors: calls taken here would pass them
+    by). The acceptors take no part in limits: the servicer counts its calls itself. They
+    end when the server stops, which fails their outstanding requests; they must never be
+    cancelled while it runs, since grpc's core still holds their requests' memory.
     """
 
     def __init__(
@@ -72,13 +72,10 @@ class Acceptors:
         server: grpc.aio.Server,
         handlers: Mapping[str, grpc.RpcMethodHandler],
         per_method: int,
-        max_calls: int,
     ) -> None:
         self._server = server
         self._handlers = dict(handlers)
         self._per_method = per_method
-        self._max_calls = max_calls
-        self._active = 0
         self.accepted = 0  # calls taken by these acceptors since start
         self._acceptors: list[asyncio.Task] = []
         self._calls: set[asyncio.Task] = set()
@@ -91,14 +88,19 @@ class Acceptors:
     def start(self) -> bool:
         """Start the acceptors on the running loop, once the server has started; False (and a
         warning) where this grpcio lacks what they need."""
-        if not available():
+        resolver = None
+        if available():
+            try:
+                resolver = cygrpc._MethodResolver([], self._handlers)
+            except Exception:  # a grpcio whose resolver changed shape
+                resolver = None
+        if resolver is None:
             log.warning(
                 "grpcio %s lacks the internals that accept gRPC calls many at a time; "
                 "unary calls are accepted one at a time, as grpc.aio does by itself",
                 grpc.__version__,
             )
             return False
-        resolver = cygrpc._MethodResolver([], self._handlers)
         for method in self._handlers:
             for _ in range(self._per_method):
                 self._acceptors.append(asyncio.create_task(self._accept(method, resolver)))
@@ -111,22 +113,22 @@ class Acceptors:
         while True:
             try:
                 rpc_state = await aio_server._request_registered_call(method_bytes)
-            except (cygrpc._RequestCallError, cygrpc.InternalError, cygrpc.UsageError):
-                return  # the server is shutting down: core fails the outstanding requests
-            exceeded = self._active >= self._max_calls
-            handling = cygrpc._handle_rpc(method, resolver, (), rpc_state, loop, exceeded)
-            task = loop.create_task(cygrpc._schedule_rpc_coro(handling, rpc_state, loop, method))
-            self._active += 1
+            except cygrpc._RequestCallError:
+                if aio_server.is_running():
+                    continue  # one request failed, as grpc's own loop allows: ask again
+                return  # the server is stopping: core fails the outstanding requests
+            except (cygrpc.InternalError, cygrpc.UsageError):
+                if aio_server.is_running():
+                    log.exception("a gRPC call acceptor for %s ended", method)
+                return
+            try:
+                handling = cygrpc._handle_rpc(method, resolver, (), rpc_state, loop, False)
+                task = loop.create_task(
+                    cygrpc._schedule_rpc_coro(handling, rpc_state, loop, method)
+                )
+            except Exception:  # this call is lost to its deadline; the acceptor goes on
+                log.exception("a gRPC call to %s could not be handled", method)
+                continue
             self.accepted += 1
             self._calls.add(task)
-            task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task) -> None:
-        self._active -= 1
-        self._calls.discard(task)
-
-    def stop(self) -> None:
-        """Stop accepting: for after the server has stopped (its shutdown fails the requests
-        still outstanding, which ends the acceptors; this is for a server that never ran)."""
-        for task in self._acceptors:
-            task.cancel()
+            task.add_done_callback(self._calls.discard)

@@ -27,10 +27,12 @@ STREAM_IN_FLIGHT = 256
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Turn GatewayErrors into gRPC statuses, and anything else into INTERNAL."""
+    """Count the call against the server's limit, turn GatewayErrors into gRPC statuses, and
+    anything else into INTERNAL."""
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        await self.enter(context)
         try:
             return await method(self, request, context)
         except GatewayError as exc:
@@ -45,6 +47,8 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
             await context.abort(
                 grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
             )
+        finally:
+            self.calls -= 1
 
     return wrapper
 
@@ -64,8 +68,22 @@ def _token(context: grpc.aio.ServicerContext) -> str | None:
 
 
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: InferenceCore, max_calls: int) -> None:
         self.core = core
+        # Calls of this service at once, however grpc accepted them (its own loop or
+        # gateway/grpc/acceptors.py); past `max_calls`, RESOURCE_EXHAUSTED.
+        self.max_calls = max_calls
+        self.calls = 0
+
+    async def enter(self, context: grpc.aio.ServicerContext) -> None:
+        """Count a call in, or refuse it when the server has `max_calls` already."""
+        if self.calls >= self.max_calls:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the server is serving {self.calls} gRPC calls at once, its limit "
+                "(--max-connections); retry later",
+            )
+        self.calls += 1
 
     @_rpc
     async def ServerLive(self, request, context):
@@ -120,7 +138,18 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator, context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Requests of a stream run concurrently; each response carries its request's id."""
+        """Requests of a stream run concurrently; each response carries its request's id.
+        The stream counts as one call against the limit for as long as it is open."""
+        await self.enter(context)
+        try:
+            async for item in self._stream(request_iterator, context):
+                yield item
+        finally:
+            self.calls -= 1
+
+    async def _stream(
+        self, request_iterator, context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         # Bounded both ways: at most STREAM_IN_FLIGHT requests run or wait to be sent.
         results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
@@ -202,7 +231,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.RepositoryIndexResponse(
             models=[
                 pb.RepositoryIndexResponse.ModelIndex(
-                    name=row["name"], version=row["version"], state=row["state"],
+                    name=row["name"],
+                    version=row["version"],
+                    state=row["state"],
                     reason=row["reason"],
                 )  # the HTTP index's "memory" has no field here
                 for row in rows
@@ -232,11 +263,12 @@ def _stream_error(message: str, request: pb.ModelInferRequest) -> pb.ModelStream
 
 
 def add_services(
-    server: grpc.aio.Server, core: InferenceCore
+    server: grpc.aio.Server, core: InferenceCore, max_calls: int
 ) -> tuple[HealthServicer, dict[str, grpc.RpcMethodHandler]]:
-    """Register the V2 service and grpc.health.v1 on `server`. Returns the health servicer
-    and the handlers of the calls that come many at a time (for gateway/grpc/acceptors.py)."""
-    service = InferenceService(core)
+    """Register the V2 service (at most `max_calls` of its calls at once) and
+    grpc.health.v1 on `server`. Returns the health servicer and the handlers of the calls
+    that come many at a time (for gateway/grpc/acceptors.py)."""
+    service = InferenceService(core, max_calls)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

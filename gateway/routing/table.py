@@ -16,7 +16,9 @@ from dataclasses import dataclass
 GOLDEN = 0.6180339887498949  # (sqrt(5) - 1) / 2
 
 
-@dataclass(frozen=True, slots=True)
+# Compared and hashed by identity: a router keys its per-variant counters by route on
+# every request, and a field-wise hash costs a Python call each time.
+@dataclass(frozen=True, slots=True, eq=False)
 class Route:
     model: str
     version: str

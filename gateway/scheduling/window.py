@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import math
 
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
+from backends.parameters import string_parameter
+
 # Memory of the arrival estimate, in seconds: long enough to span many windows, short enough
 # that a load which stops is forgotten within a second or two.
 TAU_S = 0.5
 # Arrivals expected in the rest of the window for waiting to be worth it.
 EXPECTED = 1.0
+PARAMETER = "adaptive_batch_window"  # false: Triton's rule, the window always waited out
 
 
 class ArrivalRate:
@@ -91,3 +96,17 @@ class ArrivalRate:
 def worth_waiting(arrivals_per_s: float, remaining_s: float) -> bool:
     """Whether a partial batch should wait out the `remaining_s` of its window."""
     return arrivals_per_s * remaining_s >= EXPECTED
+
+
+def adaptive_window(config: mc.ModelConfig) -> bool:
+    """The model's `adaptive_batch_window` parameter: true unless it says false."""
+    text = string_parameter(config, PARAMETER)
+    if text is None or text == "":
+        return True
+    if text.lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.lower() in ("false", "0", "no", "off"):
+        return False
+    raise InvalidArgument(
+        f"model '{config.name}': parameter {PARAMETER} must be true or false, not {text!r}"
+    )

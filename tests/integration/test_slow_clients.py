@@ -32,7 +32,7 @@ def test_truncated_slow_and_silent_requests_time_out(gateway_factory_one_second)
     cases = {
         # A body shorter than its Content-Length, then nothing.
         "truncated": b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Length: 100\r\nContent-Type: application/json\r\n\r\n{\"inputs\": [",
+        b'Content-Length: 100\r\nContent-Type: application/json\r\n\r\n{"inputs": [',
         "slow headers": b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n",  # never ends
         "silent": b"",
     }
@@ -61,7 +61,6 @@ def test_requests_past_the_connection_cap_get_503(gateway_factory_one_second):
     assert httpx.get(f"http://{server.http_url}/v2/health/live").status_code == 200
 
 
-
 def test_a_second_request_on_a_kept_alive_connection_is_timed_too(gateway_factory_one_second):
     server = gateway_factory_one_second
     with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
@@ -86,3 +85,44 @@ def test_an_early_answer_does_not_leave_the_connection_open(gateway_factory_one_
         began = time.monotonic()
         rest = read_reply(sock, 5.0)
         assert time.monotonic() - began < 3.0 and b"HTTP/1.1 200" not in rest
+
+
+def test_grpc_calls_past_the_limit_are_refused_however_grpc_accepted_them(tmp_path, server_factory):
+    import asyncio
+
+    import grpc
+    import numpy as np
+
+    from gateway.proto import grpc_service_pb2 as pb
+    from gateway.proto import grpc_service_pb2_grpc as pb_grpc
+    from models.mlp import write_mlp
+
+    # Each admitted call waits out a one-second batch window, so the first two stay open
+    # while the rest arrive; the gateway accepts calls both through grpc's own loop and its
+    # acceptors, and the limit must count them together.
+    write_mlp(tmp_path / "repository", "held", 16, dynamic_batching=True,
+              max_queue_delay_us=1_000_000, adaptive_window=False)  # fmt: skip
+    server = server_factory(tmp_path / "repository", "--max-connections", "2")
+    data = np.zeros((1, 784), dtype=np.float32).tobytes()
+    request = pb.ModelInferRequest(
+        model_name="held",
+        inputs=[
+            pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="FP32", shape=[1, 784])
+        ],
+        raw_input_contents=[data],
+    )
+
+    async def calls() -> list[grpc.StatusCode]:
+        async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            first = [asyncio.ensure_future(stub.ModelInfer(request, timeout=10)) for _ in range(2)]
+            await asyncio.sleep(0.3)  # both are held in the window by now
+            rest = [stub.ModelInfer(request, timeout=10) for _ in range(6)]
+            results = await asyncio.gather(*first, *rest, return_exceptions=True)
+        return [
+            r.code() if isinstance(r, grpc.aio.AioRpcError) else grpc.StatusCode.OK for r in results
+        ]
+
+    codes = asyncio.run(calls())
+    assert codes[:2] == [grpc.StatusCode.OK] * 2
+    assert codes[2:] == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 6

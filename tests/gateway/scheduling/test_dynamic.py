@@ -321,3 +321,24 @@ def test_under_load_batches_still_fill_to_the_preferred_size():
     assert sum(sizes) == 96
     # The first batch may go alone, before any company was seen; the rest fill up.
     assert sum(size == 8 for size in sizes) >= len(sizes) - 2
+
+
+def test_fewer_clients_than_a_batch_do_not_wait_out_the_window():
+    # 4 clients that each wait for their answer, a batch of 8 and a 20 ms window: once the
+    # four are queued nobody else can come, so the batch goes (Triton's rule waits 20 ms).
+    backend = DoublingBackend(sleep_s=0.001)
+    batcher = make_batcher([backend], adaptive_window=True)
+
+    async def client(first: float):
+        for step in range(20):
+            await batcher.infer(request(first + step))
+
+    async def go():
+        await asyncio.gather(*(client(100.0 * n) for n in range(4)))
+        await batcher.close()
+
+    asyncio.run(go())
+    queue = batcher.stats.queue
+    assert queue.count == 80
+    assert queue.ns / queue.count < 5_000_000, queue.ns / queue.count / 1e6
+    assert max(len(batch) for batch in backend.batches) >= 3  # and they still share batches
