@@ -301,6 +301,20 @@ def test_a_lone_client_does_not_wait_the_window():
     assert queue.ns / queue.count < 2_000_000  # far under the 20 ms window
 
 
+def closed_loop_clients(batcher, clients: int, requests: int) -> None:
+    """`clients` callers, each sending its next request once answered; then close."""
+
+    async def client(first: float):
+        for step in range(requests):
+            await batcher.infer(request(first + step))
+
+    async def go():
+        await asyncio.gather(*(client(100.0 * n) for n in range(clients)))
+        await batcher.close()
+
+    asyncio.run(go())
+
+
 def test_under_load_batches_still_fill_to_the_preferred_size():
     backend = DoublingBackend(sleep_s=0.004)
     batcher = make_batcher(
@@ -308,15 +322,7 @@ def test_under_load_batches_still_fill_to_the_preferred_size():
         adaptive_window=True,
     )  # fmt: skip
 
-    async def client(first: float):
-        for step in range(6):
-            await batcher.infer(request(first + step))
-
-    async def go():
-        await asyncio.gather(*(client(100.0 * n) for n in range(16)))
-        await batcher.close()
-
-    asyncio.run(go())
+    closed_loop_clients(batcher, clients=16, requests=6)
     sizes = [len(batch) for batch in backend.batches]
     assert sum(sizes) == 96
     # The first batch may go alone, before any company was seen; the rest fill up.
@@ -329,15 +335,7 @@ def test_fewer_clients_than_a_batch_do_not_wait_out_the_window():
     backend = DoublingBackend(sleep_s=0.001)
     batcher = make_batcher([backend], adaptive_window=True)
 
-    async def client(first: float):
-        for step in range(20):
-            await batcher.infer(request(first + step))
-
-    async def go():
-        await asyncio.gather(*(client(100.0 * n) for n in range(4)))
-        await batcher.close()
-
-    asyncio.run(go())
+    closed_loop_clients(batcher, clients=4, requests=20)
     queue = batcher.stats.queue
     assert queue.count == 80
     assert queue.ns / queue.count < 5_000_000, queue.ns / queue.count / 1e6
