@@ -12,10 +12,11 @@ window (with a Python grpc.aio client on the same core, the gRPC p99 swung betwe
 late). Reported per
 minute: requests, errors and p99 for each protocol, the server's resident memory (its
 own process; instances here are threads), the requests the HTTP generator sent over 10
-ms late (its own pauses, which turn into bursts), and the share of the server's core
-the hypervisor stole. Goals (issue 12): zero errors, resident memory growing under 5% from
-the end of the first minute to the end, every minute's p99 within 2x of the first
-minute's."""
+ms late (its own pauses, which turn into bursts), the share of the server's core
+the hypervisor stole, and how busy the load generators' core was (near 100%, their
+pauses decide a run as much as the server does). Goals (issue 12): zero errors,
+resident memory growing under 5% from the end of the first minute to the end, every
+minute's p99 within 2x of the first minute's."""
 
 from __future__ import annotations
 
@@ -46,12 +47,19 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 LATE_S = 0.010  # a request sent later than this after its time counts as late
 
 
-def steal_ticks(core: int) -> int:
-    """Ticks the hypervisor took from `core` (/proc/stat's steal column) since boot."""
+def core_ticks(core: int) -> tuple[int, int]:
+    """`core`'s ticks since boot (/proc/stat): those the hypervisor took (steal), and those
+    it spent busy (user, nice, system, irq, softirq)."""
     for line in Path("/proc/stat").read_text().splitlines():
         if line.startswith(f"cpu{core} "):
-            return int(line.split()[8])
-    return 0
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, line.split()[1:9])
+            return steal, user + nice + system + irq + softirq
+    return 0, 0
+
+
+def steal_ticks(core: int) -> int:
+    """Ticks the hypervisor took from `core` (/proc/stat's steal column) since boot."""
+    return core_ticks(core)[0]
 
 
 def rss_mib(pid: int) -> float:
@@ -160,23 +168,28 @@ def main() -> None:
                   f"{grpc_sat:,.0f} gRPC); offering half: {http_rate:,.0f} + "
                   f"{grpc_rate:,.0f}/s")  # fmt: skip
             grpc_load = start_grpc_load(server.grpc_url, grpc_rate, args.minutes)
-            minutes = []  # (HTTP p99 ms, requests, errors, RSS MiB, sent late, steal %)
+            # (HTTP p99 ms, requests, errors, RSS MiB, sent late, steal %, client core busy %)
+            minutes = []
             errors: Counter[str] = Counter()
             try:
                 for _ in range(args.minutes):
                     stolen = steal_ticks(args.server_core)
+                    _, client_busy = core_ticks(args.client_core)
                     request = request_bytes(server.http_port, MODEL)
                     with no_collector_pauses():
                         run = asyncio.run(offer("127.0.0.1", server.http_port, request,
                                                 http_rate, 60.0))  # fmt: skip
                     steal = 100 * (steal_ticks(args.server_core) - stolen) / TICKS_PER_S / 60.0
+                    # The load generators' own core: near 100%, their pauses become bursts.
+                    client = 100 * (core_ticks(args.client_core)[1] - client_busy) / TICKS_PER_S
+                    client /= 60.0
                     failures = Counter(
                         f"HTTP {o.status or 'unanswered'}" for o in run.outcomes if o.status != 200
                     )
                     errors += failures
                     ok = [o.latency_s for o in run.outcomes if o.status == 200]
                     minutes.append((p99_ms(ok), len(run.outcomes), sum(failures.values()),
-                                    rss_mib(pid), run.late_sends, steal))  # fmt: skip
+                                    rss_mib(pid), run.late_sends, steal, client))  # fmt: skip
                     del run, ok  # not alive through the next minute's collections
             finally:
                 windows, grpc_errors = grpc_minutes(grpc_load)
@@ -185,15 +198,17 @@ def main() -> None:
             if grpc_errors:
                 errors["gRPC"] += len(grpc_errors)
             print("minute  http p99 ms  grpc p99 ms  http requests  grpc calls/s  errors  "
-                  "RSS MiB  sent late  steal %")  # fmt: skip
+                  "RSS MiB  sent late  steal %  client core %")  # fmt: skip
             worst = 0.0
-            for minute, (http_p99, count, failed, rss, late, steal) in enumerate(minutes):
+            for minute, (http_p99, count, failed, rss, late, steal, client) in enumerate(
+                minutes
+            ):
                 grpc_rate_seen, grpc_p99 = windows[minute] if minute < len(windows) else (0, 0)
                 first = (minutes[0][0], windows[0][1] if windows else float("nan"))
                 worst = max(worst, http_p99 / first[0], grpc_p99 / first[1])
                 print(f"{minute + 1:>6}  {http_p99:>11.2f}  {grpc_p99:>11.2f}  {count:>13}  "
                       f"{grpc_rate_seen:>12.0f}  {failed:>6}  {rss:>7.1f}  {late:>9}  "
-                      f"{steal:>7.1f}")  # fmt: skip
+                      f"{steal:>7.1f}  {client:>13.0f}")  # fmt: skip
             for line in grpc_errors[:5]:
                 print(f"  perf_analyzer: {line}")
             kinds = ", ".join(f"{kind}: {n}" for kind, n in errors.most_common()) or "none"
