@@ -10,10 +10,13 @@ requests are expected before its window ends. The expectation comes from `Arriva
   requests were pending, over the last `TAU_S` or so: the rate at which a queued request
   sees company arrive. A client that waits for each answer before it sends again never
   arrives while its own request is pending, so alone it never waits.
-- none at all while as many requests are pending (queued or running) as at any moment of
-  the last one or two `TAU_S`: N clients that each wait for their answer have nobody left
-  to send, so 8 such clients do not wait out a window sized for 64 (Triton's rule held
-  the batched `mlp` at concurrency 8 to 0.4x the unbatched model).
+- none at all while as many requests are pending (queued or running) as the most pending
+  at once in the last one or two `TAU_S`, when at least `CEILING_HITS` arrivals reached
+  that most: N clients that each wait for their answer hit N again and again and then
+  have nobody left to send, so 8 such clients do not wait out a window sized for 64
+  (Triton's rule held the batched `mlp` at concurrency 8 to 0.4x the unbatched model).
+  An open loop's highest point, reached once in a burst, does not count: sending early
+  there only makes smaller batches and a longer backlog.
 Under load arrivals overlap and batches fill as the config says.
 `max_queue_delay_microseconds` stays the upper bound, and a model's parameter
 `adaptive_batch_window: false` restores Triton's rule exactly.
@@ -32,6 +35,9 @@ from backends.parameters import string_parameter
 TAU_S = 0.5
 # Arrivals expected in the rest of the window for waiting to be worth it.
 EXPECTED = 1.0
+# Arrivals that must reach the same highest count of pending requests within a period
+# before it counts as closed-loop clients' ceiling.
+CEILING_HITS = 8
 PARAMETER = "adaptive_batch_window"  # false: Triton's rule, the window always waited out
 
 
@@ -45,9 +51,10 @@ class ArrivalRate:
         self._busy_s = 0.0  # decayed seconds during which a request was pending
         self._pending = 0
         self._last: float | None = None
-        # The most requests pending at once, in this period of tau_s and in the one before.
-        self._peak = 0
-        self._peak_before = 0
+        # The most requests pending at once, in this period of tau_s and in the one before,
+        # and how many arrivals reached it.
+        self._peak, self._peak_hits = 0, 0
+        self._peak_before, self._hits_before = 0, 0
         self._period_start: float | None = None
 
     def _advance(self, now: float) -> None:
@@ -64,9 +71,25 @@ class ArrivalRate:
         if self._period_start is None or now - self._period_start >= self._tau_s:
             recent = self._period_start is not None and now - self._period_start < 2 * self._tau_s
             self._peak_before = self._peak if recent else 0
-            self._peak = 0
+            self._hits_before = self._peak_hits if recent else 0
+            self._peak, self._peak_hits = 0, 0
             self._period_start = now
-        self._peak = max(self._peak, self._pending)
+
+    def _reach(self) -> None:
+        if self._pending > self._peak:
+            self._peak, self._peak_hits = self._pending, 1
+        elif self._pending == self._peak:
+            self._peak_hits += 1
+
+    def _at_ceiling(self) -> bool:
+        """Whether as many requests are pending as a ceiling that arrivals keep reaching:
+        closed-loop clients, all waiting. An open loop's highest point, reached once in a
+        burst, is no ceiling: there, sending early only makes smaller batches."""
+        if self._peak >= self._peak_before:
+            ceiling, hits = self._peak, self._peak_hits
+        else:
+            ceiling, hits = self._peak_before, self._hits_before
+        return ceiling > 0 and self._pending >= ceiling and hits >= CEILING_HITS
 
     def arrived(self, now: float) -> None:
         """A request of the model was accepted."""
@@ -75,6 +98,7 @@ class ArrivalRate:
             self._overlaps += 1.0
         self._pending += 1
         self._track_peak(now)
+        self._reach()
 
     def answered(self, now: float) -> None:
         """A request of the model left: answered, refused or cancelled."""
@@ -85,8 +109,8 @@ class ArrivalRate:
         """How fast more requests are expected to arrive now (see the module's rule)."""
         self._advance(now)
         self._track_peak(now)
-        if self._pending >= max(self._peak, self._peak_before):
-            return 0.0  # as many pending as lately at most: everyone is waiting already
+        if self._at_ceiling():
+            return 0.0  # as many pending as a ceiling reached again and again: all waiting
         if self._overlaps < 1.0:  # less than one recent arrival in company: no evidence
             return 0.0
         # At least a microsecond of pending time: an estimate, not a division by zero.

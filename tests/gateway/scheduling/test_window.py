@@ -55,6 +55,19 @@ def test_clients_that_are_all_pending_already_bring_no_company():
     assert rate.per_second(now + 0.0001) == 0.0  # all eight are here: nobody else comes
 
 
+def test_a_burst_s_highest_point_is_no_ceiling():
+    rate = ArrivalRate()
+    now = 0.0
+    rate.arrived(now)  # one request stays pending throughout
+    for _ in range(2000):  # an open loop: 1,000 a second arrive while it is pending
+        now += 0.001
+        rate.arrived(now)
+        rate.answered(now)
+    for _ in range(4):  # a burst reaches a new high once
+        rate.arrived(now)
+    assert worth_waiting(rate.per_second(now), 0.002)
+
+
 def test_a_load_that_stopped_is_forgotten_within_seconds():
     rate = ArrivalRate()
     now = 0.0
