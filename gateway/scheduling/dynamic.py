@@ -70,7 +70,6 @@ class DynamicBatcher:
         self.preserve_ordering = config.preserve_ordering
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
-        self.pending = 0  # accepted and not yet answered (queued or running)
         # A backlog runs as batches of max_batch_size rows (the planner sends a full batch
         # before it looks at preferred sizes), each with a run's fixed cost.
         self.admission = Admission(
@@ -80,6 +79,11 @@ class DynamicBatcher:
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
+
+    @property
+    def pending(self) -> int:
+        """Requests accepted and not yet answered (queued or running)."""
+        return self.arrivals.pending
 
     # ---- the request side ------------------------------------------------------------
 
@@ -112,7 +116,6 @@ class DynamicBatcher:
         previous, done = self._last_done, None
         if self.preserve_ordering:
             done = self._last_done = loop.create_future()
-        self.pending += 1
         self.arrivals.arrived(now)
         self._ensure_driver()
         self._arrival.set()
@@ -125,7 +128,6 @@ class DynamicBatcher:
                 self.stats.record_failure(time.perf_counter_ns() - start, "CANCELED")
             raise
         finally:
-            self.pending -= 1
             self.arrivals.answered(self.clock())
             if done is not None:
                 done.set_result(None)

@@ -28,7 +28,8 @@ import math
 
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
-from backends.parameters import string_parameter
+from backends.base import BackendUnavailable
+from backends.parameters import bool_parameter
 
 # Memory of the arrival estimate, in seconds: long enough to span many windows, short enough
 # that a load which stops is forgotten within a second or two.
@@ -105,6 +106,11 @@ class ArrivalRate:
         self._advance(now)
         self._pending = max(self._pending - 1, 0)
 
+    @property
+    def pending(self) -> int:
+        """Requests of the model accepted and not yet answered."""
+        return self._pending
+
     def per_second(self, now: float) -> float:
         """How fast more requests are expected to arrive now (see the module's rule)."""
         self._advance(now)
@@ -123,14 +129,9 @@ def worth_waiting(arrivals_per_s: float, remaining_s: float) -> bool:
 
 
 def adaptive_window(config: mc.ModelConfig) -> bool:
-    """The model's `adaptive_batch_window` parameter: true unless it says false."""
-    text = string_parameter(config, PARAMETER)
-    if text is None or text == "":
-        return True
-    if text.lower() in ("true", "1", "yes", "on"):
-        return True
-    if text.lower() in ("false", "0", "no", "off"):
-        return False
-    raise InvalidArgument(
-        f"model '{config.name}': parameter {PARAMETER} must be true or false, not {text!r}"
-    )
+    """The model's `adaptive_batch_window` parameter: true unless it says false; a value
+    that is neither is the client's mistake (400), not the backend's."""
+    try:
+        return bool_parameter(config, PARAMETER, True)
+    except BackendUnavailable as exc:
+        raise InvalidArgument(str(exc)) from None
