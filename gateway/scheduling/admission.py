@@ -11,6 +11,10 @@ predicted many times too short; but at a calm moment's cost a row, the backlog a
 hiccup leaves (which a few large batches clear) looks long enough to refuse. Fitted
 (a fixed cost a run plus a cost a row, over the batches the rows make): right for that
 backlog, but it counts a partial batch as a whole run, which is long under overload.
+By the size (each batch size's own recent run time, kept while other sizes run): right
+for a backlog of sizes that have run before, however long ago, such as a burst after a
+busy hour; sizes never run are priced as the next larger size that has run, or beyond
+the largest at its cost a row.
 When the predicted wait is longer than the model's queue budget, or than what is
 left of the request's own deadline, the request gets a 503 (gRPC UNAVAILABLE) with a
 Retry-After straight away, instead of joining a queue it would time out in. So under
@@ -27,6 +31,7 @@ as arguments.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from accel_base.errors import InvalidArgument, Unavailable
@@ -73,6 +78,10 @@ class Admission:
     # kernels for ~1 s at each of its first batch sizes, then ran that size in 4 ms, and
     # one such run in the averages refused requests for seconds.
     sizes_seen: set[tuple[int, int]] = field(default_factory=set)
+    # Moving mean seconds of a run by its rows, each size on its own (at most max_batch
+    # entries), and the sizes in order.
+    by_size: dict[int, float] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)
 
     def observe(self, seconds: float, rows: int = 1, size: tuple[int, int] | None = None) -> None:
         """One more run of `rows` rows finished after holding an instance for `seconds`.
@@ -82,6 +91,12 @@ class Admission:
             self.sizes_seen.add(size)
             return
         rows = max(rows, 1)
+        known = self.by_size.get(rows)
+        if known is None:
+            self.by_size[rows] = seconds
+            self.sizes.insert(bisect_left(self.sizes, rows), rows)
+        else:
+            self.by_size[rows] = known + WEIGHT * (seconds - known)
         if not self.mean_rows:
             self.mean_rows, self.mean_s = float(rows), seconds
             return
@@ -113,7 +128,26 @@ class Admission:
         # As full batches: requests that cannot share a batch make more, each with its
         # fixed cost, so the fit errs short by those.
         fitted = math.ceil(queued_rows / self.max_batch) * fixed + queued_rows * per_row
-        return (busy + min(by_row, fitted)) / self.instances
+        return (busy + min(by_row, fitted, self.by_sizes(queued_rows))) / self.instances
+
+    def by_sizes(self, rows: int) -> float:
+        """Seconds to run `rows` queued rows as full batches and a remainder, each priced
+        by its own size's recent runs."""
+        full, rest = divmod(rows, self.max_batch)
+        seconds = full * self.size_cost(self.max_batch) if full else 0.0
+        return seconds + self.size_cost(rest) if rest else seconds
+
+    def size_cost(self, rows: int) -> float:
+        """A run of `rows` rows: its own recent runs, else the next larger size's (a batch
+        costs no more than a larger one), else the largest size's cost a row."""
+        known = self.by_size.get(rows)
+        if known is not None:
+            return known
+        at = bisect_left(self.sizes, rows)
+        if at < len(self.sizes):
+            return self.by_size[self.sizes[at]]
+        largest = self.sizes[-1]
+        return self.by_size[largest] * rows / largest
 
     def check(
         self,

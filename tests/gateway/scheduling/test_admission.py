@@ -73,6 +73,24 @@ def test_full_batches_are_predicted_from_their_rows_not_from_calm_one_row_runs()
     admission.check(1, 40, requests_ahead=41, now=0.0)  # 28 + 3.6 + 15.2 ms
 
 
+def test_a_burst_after_a_calm_spell_is_priced_by_the_batch_sizes_that_ran_before():
+    admission = Admission("m", instances=1, budget_ms=50, max_batch=64)
+    for _ in range(50):
+        admission.observe(0.008, rows=64)  # a busy hour: full batches
+    for _ in range(500):
+        admission.observe(0.004)  # then calm: one row a run, the averages forget the rest
+    assert admission.mean_rows == pytest.approx(1.0)
+    # 100 rows: a batch of 64 (8 ms) and one of 36, priced as the next size run, 64.
+    assert admission.by_sizes(100) == pytest.approx(0.016)
+    assert admission.wait_s(1, 100) == pytest.approx(0.020)
+    admission.check(1, 100, requests_ahead=101, now=0.0)
+    # Past the largest size run, a size costs what the largest costs a row.
+    assert admission.size_cost(128) == pytest.approx(0.016, rel=0.01)
+    admission.observe(0.002, rows=2)
+    assert admission.size_cost(2) == pytest.approx(0.002)
+    assert admission.size_cost(3) == pytest.approx(0.008)  # the next larger size that ran
+
+
 def test_a_deadline_sooner_than_the_budget_refuses_sooner():
     admission = Admission("m", instances=1, budget_ms=100)
     admission.observe(0.010)
