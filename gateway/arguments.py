@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from accel_base.cpu import usable_cores
+
 
 def positive_int(value: str) -> int:
     number = int(value)
@@ -35,3 +37,16 @@ def port(value: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
     return number
+
+
+def workers_count(text: str) -> int:
+    """--workers: a positive count, or 'auto' for the cores this process may use."""
+    if text == "auto":
+        return usable_cores()
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive count or 'auto', got {text!r}")
+    return value

@@ -10,10 +10,17 @@ from pathlib import Path
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
 from gateway import __version__, compile_command, health_command, loadtest_command
-from gateway.arguments import port, positive_float, positive_int, positive_seconds
+from gateway.arguments import (
+    port,
+    positive_float,
+    positive_int,
+    positive_seconds,
+    workers_count,
+)
 from gateway.compare import command as compare_command
 from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.limits import ConnectionLimits
+from gateway.listeners import event_loop_factory
 from gateway.placement import options as memory_options
 from gateway.repository import CONTROL_MODES
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, EXEMPT_PER_INSTANCE
@@ -108,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
         "before RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.add_argument(
+        "--workers",
+        type=workers_count,
+        default=1,
+        help="front processes serving HTTP and gRPC on the same ports, in front of one set "
+        "of models, queues and statistics; 'auto': one per usable core (default 1: this "
+        "process serves them itself)",
+    )
+    serve.add_argument(
         "--shed-lag-ms",
         type=float,
         default=0.0,
@@ -182,14 +197,6 @@ def _default_repository() -> Path:
     return ensure_example_repository(log=lambda line: print(line, file=sys.stderr, flush=True))
 
 
-def _event_loop_factory():
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -222,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options = _options(args, repository, tls)
     try:
-        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(Gateway(options).run())
     except ConfigError as exc:
         print(f"accel-gateway: {exc}", file=sys.stderr)
@@ -258,6 +265,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),
+        workers=args.workers,
     )
 
 

@@ -6,16 +6,13 @@ the HTTP and gRPC fronts only translate to and from their wire formats.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 import orjson
 
 from accel_base.errors import (
-    GatewayError,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
     Unavailable,
 )
 from accel_base.proto import model_config_pb2 as mc
@@ -26,6 +23,7 @@ from gateway.model import ModelVersion
 from gateway.repository import ModelRepository
 from gateway.routing.router import RouterModel
 from gateway.shared_memory import SharedMemoryRegistry
+from gateway.shared_memory_calls import SharedMemoryCalls
 from gateway.shedding import LoopShedder
 
 # Only extensions this server implements in full are advertised.
@@ -38,20 +36,8 @@ EXTENSIONS = (
     "parameters",
 )
 
-NO_CUDA = (
-    "CUDA shared memory is not supported by this server; use system shared memory "
-    "(--allow-shared-memory)"
-)
 
-
-class Unimplemented(GatewayError):
-    """A part of the protocol this server does not serve (CUDA shared memory)."""
-
-    http_status = 501
-    grpc_status = "UNIMPLEMENTED"
-
-
-class InferenceCore:
+class InferenceCore(SharedMemoryCalls):
     def __init__(
         self,
         repository: ModelRepository,
@@ -83,12 +69,12 @@ class InferenceCore:
             extensions.append("system_shared_memory")
         return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    async def model_ready(self, name: str, version: str = "") -> bool:
         """Ready or not; an unknown model or version is not ready (as Triton answers over
         gRPC), while a malformed version is an InvalidArgument."""
         return self.repository.is_ready(name, version)
 
-    def check_model_ready(self, name: str, version: str = "") -> None:
+    async def check_model_ready(self, name: str, version: str = "") -> None:
         """Return if the model version is ready, else raise why not: NotFound for an unknown
         model or version, InvalidArgument for a malformed version, Unavailable otherwise."""
         model = self.repository.get(name, version)
@@ -137,40 +123,9 @@ class InferenceCore:
             self.shared_memory.release_targets(targets)
         return response
 
-    # ---- system shared memory --------------------------------------------------------
-
-    def register_system_shared_memory(
-        self, name: Any, key: Any, offset: Any, byte_size: Any, token: str | None
-    ) -> None:
-        if self.shared_memory.enabled:  # when off, the registry says so, token or not
-            self.check_token(token)
-        self.shared_memory.register(name, key, offset, byte_size)
-
-    def unregister_system_shared_memory(self, name: str, token: str | None) -> None:
-        self.check_token(token)
-        self.shared_memory.unregister(name)
-
-    def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
-        return self.shared_memory.status(name)
-
-    # CUDA regions cannot be registered here. Unregister and status still answer, truthfully
-    # (there are none), because perf_analyzer unregisters CUDA regions whenever it uses any
-    # shared memory and gives up if that call fails.
-
-    def register_cuda_shared_memory(self) -> None:
-        raise Unimplemented(NO_CUDA)
-
-    def unregister_cuda_shared_memory(self, token: str | None) -> None:
-        self.check_token(token)
-
-    def cuda_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]:
-        if name:
-            raise InvalidArgument(f"no CUDA shared memory region '{name}' is registered")
-        return []
-
     # ---- statistics ------------------------------------------------------------------
 
-    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """The statistics extension's rows; a router's also carry its "variants"."""
         if not name:
             return [_statistics(m) for m in self.repository.ready_models()]
@@ -183,7 +138,7 @@ class InferenceCore:
 
     # ---- repository ------------------------------------------------------------------
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return self.repository.index(ready_only)
 
     def check_admin(self, token: str | None) -> None:
@@ -191,16 +146,6 @@ class InferenceCore:
         configured."""
         self.repository.check_management_allowed()
         self.check_token(token)
-
-    def check_token(self, token: str | None) -> None:
-        """Calls that change the server need the admin token when one is configured."""
-        if self.admin_token and not hmac.compare_digest(
-            (token or "").encode(), self.admin_token.encode()
-        ):
-            raise PermissionDenied(
-                "this call needs the admin token: send 'Authorization: Bearer <token>' "
-                "(gRPC metadata 'authorization')"
-            )
 
     async def load_model(
         self, name: str, token: str | None, parameters: dict[str, Any] | None = None

@@ -9,6 +9,7 @@ carry no `_total` suffix and dashboards query them by those exact names.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from gateway.gpu import GpuReading, read_gpus
 from gateway.placement.metrics import memory_families
@@ -135,7 +136,9 @@ def _gpu_families(readings: list[GpuReading]) -> list[str]:
 
 
 def render(
-    repository: ModelRepository, read_gpus: Callable[[], list[GpuReading]] = read_gpus
+    repository: ModelRepository,
+    read_gpus: Callable[[], list[GpuReading]] = read_gpus,
+    fronts: Any = None,
 ) -> str:
     """The Prometheus text exposition of every ready model version, and of the GPUs."""
     models = repository.ready_models()
@@ -184,16 +187,38 @@ def render(
     families += memory_families(repository.memory, models, _family, _labels)
     families += routing_families(models, _family, _labels)
     families += _gpu_families(read_gpus())
+    if fronts is not None:
+        families += _front_families(fronts)
     return "\n".join(families) + "\n"
 
 
-def create_metrics_app(repository: ModelRepository):
-    """A minimal ASGI app serving GET /metrics."""
+def _front_families(fronts: Any) -> list[str]:
+    """Front processes (gateway/fronts/supervisor.py): what each handed over, restarts."""
+    requests = [({"front": str(link.index)}, link.requests) for link in fronts.links]
+    return [
+        _family(
+            "accel_gateway_front_requests",
+            "Inference requests each front process handed to the models",
+            "counter",
+            requests,
+        ),
+        _family(
+            "accel_gateway_front_restarts",
+            "Front processes started again after one exited",
+            "counter",
+            [({}, fronts.restarts())],
+        ),
+    ]
+
+
+def create_metrics_app(repository: ModelRepository, fronts: Any = None):
+    """A minimal ASGI app serving GET /metrics (with `fronts`, a FrontSupervisor, their
+    counters too)."""
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse, Response
     from starlette.routing import Route
 
     async def metrics(_request) -> Response:
-        return PlainTextResponse(render(repository), media_type=CONTENT_TYPE)
+        return PlainTextResponse(render(repository, fronts=fronts), media_type=CONTENT_TYPE)
 
     return Starlette(routes=[Route("/metrics", metrics)])

@@ -350,15 +350,11 @@ class ModelRepository:
                 errors.append(reason)
                 no_room = no_room and isinstance(exc, NoRoom)
                 previous = old.get(version)
-                new[version] = (
-                    previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
-                )
+                new[version] = previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
             else:
                 new[version] = VersionState("READY", model=model)
         entry.versions = new
-        await self._close_versions(
-            [s for v, s in old.items() if s.model and new.get(v) is not s]
-        )
+        await self._close_versions([s for v, s in old.items() if s.model and new.get(v) is not s])
         if errors:
             failure = NoRoom if no_room else Unavailable
             raise failure(f"failed to load model '{name}': {'; '.join(errors)}")
@@ -369,14 +365,16 @@ class ModelRepository:
         """Placed, loaded, warmed up and measured (gateway/placement/manager.py); a
         router has its variants loaded instead (gateway/routing)."""
         if is_router(config):
-            return await load_router(
-                config, version, self._load_variant, self.serving, self.get
-            )
+            return await load_router(config, version, self._load_variant, self.serving, self.get)
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
 
         def load(devices: list) -> ModelVersion:
             return ModelVersion.load(
-                plan, devices, self.max_queue_size, self.queue_budget_ms, self.backend_nice,
+                plan,
+                devices,
+                self.max_queue_size,
+                self.queue_budget_ms,
+                self.backend_nice,
                 self.spares,
             )
 
@@ -418,9 +416,7 @@ class ModelRepository:
         if self.control_mode != "on-demand":
             heap.settle()
         elif self._settling is None:
-            self._settling = asyncio.get_running_loop().call_later(
-                SETTLE_EVERY_S, self._settle_now
-            )
+            self._settling = asyncio.get_running_loop().call_later(SETTLE_EVERY_S, self._settle_now)
 
     def _settle_now(self) -> None:
         self._settling = None

@@ -1,4 +1,6 @@
-"""One process, one event loop: the HTTP, gRPC and metrics listeners around one InferenceCore."""
+"""The server: one InferenceCore (models, queues, batchers, statistics) with its metrics
+listener, and the HTTP and gRPC listeners on its own event loop (`--workers 1`) or in
+front processes that hand it their requests (`--workers N`, gateway/fronts)."""
 
 from __future__ import annotations
 
@@ -6,36 +8,30 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import grpc
-import uvicorn
+from typing import Any
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from gateway import __version__
 from gateway.core import InferenceCore
 from gateway.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
-from gateway.grpc.acceptors import Acceptors
-from gateway.grpc.service import add_services, set_serving
-from gateway.http.app import create_app
-from gateway.http.infer_route import with_infer_route
+from gateway.fronts.supervisor import FrontSupervisor
 from gateway.http.sagemaker import create_sagemaker_app
-from gateway.http.timeouts import timed_protocol
 from gateway.limits import ConnectionLimits
+from gateway.listeners import Listeners, check_ports_free, listen, uvicorn_server
 from gateway.metrics import create_metrics_app
 from gateway.placement.options import MemoryOptions
 from gateway.repository import ModelRepository
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
-from gateway.security import TLSFiles, check_management_exposure, management_enabled
+from gateway.security import (
+    ConfigError,
+    TLSFiles,
+    check_management_exposure,
+    management_enabled,
+)
 
 log = logging.getLogger("accel_gateway")
-
-# New ModelInfer calls that gRPC may hand over in one turn of the event loop
-# (gateway/grpc/acceptors.py).
-GRPC_ACCEPTORS = 32
 
 
 @dataclass
@@ -71,55 +67,28 @@ class ServerOptions:
     allow_unauthenticated_management: bool = False
     # Memory budgets, load on demand and eviction (gateway/placement).
     memory: MemoryOptions = field(default_factory=MemoryOptions)
+    # Front processes serving HTTP and gRPC on the same ports (gateway/fronts); 1: this
+    # process serves them itself.
+    workers: int = 1
 
     def check(self) -> None:
         """Raise ConfigError for options that must not start a server."""
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be at least 1 (or auto), not {self.workers}")
+        if self.workers > 1:
+            if self.allow_shared_memory:
+                raise ConfigError(
+                    "--allow-shared-memory needs --workers 1: a region registered through "
+                    "one front process would be unknown to the others"
+                )
+            if 0 in (self.http_port, self.grpc_port):
+                raise ConfigError("--workers above 1 needs fixed HTTP and gRPC ports, not 0")
         check_management_exposure(
             self.host,
             self.admin_token,
             management_enabled(self.model_control_mode, self.allow_shared_memory),
             self.allow_unauthenticated_management,
         )
-
-
-class _Uvicorn(uvicorn.Server):
-    # The gateway owns signal handling for all its listeners.
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
-
-
-def _listen(host: str, port: int, what: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from None
-    return sock
-
-
-def _uvicorn(app, limits: ConnectionLimits, context: ssl.SSLContext | None = None) -> _Uvicorn:
-    config = uvicorn.Config(
-        app,
-        loop="none",
-        http=timed_protocol(limits.read_timeout_s),
-        # Requests on any connection get 503 while this many connections are open.
-        limit_concurrency=limits.max_connections,
-        lifespan="off",
-        access_log=False,
-        log_level="warning",
-        timeout_keep_alive=limits.keep_alive_s,
-        # Not behind a proxy by default, and per-response headers nobody reads cost time.
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-        # One context, built and checked at start, serves every TLS listener.
-        ssl_context_factory=(lambda _config, _default: context) if context else None,
-    )
-    return _Uvicorn(config)
 
 
 class Gateway:
@@ -141,68 +110,46 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
         self._shedding: asyncio.Task | None = None
-        self.grpc_server: grpc.aio.Server | None = None
-        self.acceptors: Acceptors | None = None
-        self.http: _Uvicorn | None = None
-        self.metrics: _Uvicorn | None = None
-        self.sagemaker: _Uvicorn | None = None
+        self.listeners: Listeners | None = None  # HTTP and gRPC, when this process serves them
+        self.fronts: FrontSupervisor | None = None  # else the front processes that do
+        self.metrics: Any = None
+        self.sagemaker: Any = None
 
     async def start(self) -> None:
         options = self.options
         options.check()
         # ConfigError here, before any port is bound, if the TLS files are unusable.
         context = options.tls.ssl_context() if options.tls else None
-        credentials = options.tls.grpc_credentials() if options.tls else None
         # Bind every port before starting anything, so a port in use is one clear error.
-        http_socket = _listen(options.host, options.http_port, "HTTP")
-        metrics_socket = _listen(options.host, options.metrics_port, "metrics")
+        metrics_socket = listen(options.host, options.metrics_port, "metrics")
         sagemaker_socket = None
         if options.sagemaker_port is not None:
-            sagemaker_socket = _listen(options.host, options.sagemaker_port, "SageMaker")
-        limits = options.limits
-        self.grpc_server = grpc.aio.server(
-            # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue. grpc
-            # counts only the calls its own loop accepts; the V2 service counts all of its
-            # own (gateway/grpc/service.py), so this bounds the health service's.
-            maximum_concurrent_rpcs=limits.max_connections,
-            options=[
-                ("grpc.max_receive_message_length", options.max_body_bytes),
-                ("grpc.max_send_message_length", -1),  # the limit is on requests, not answers
-                ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
-                ("grpc.max_connection_idle_ms", int(limits.keep_alive_s * 1000)),
-            ],
-        )
-        self.health, hot_methods = add_services(
-            self.grpc_server, self.core, limits.max_connections
-        )
-        address = f"{options.host}:{options.grpc_port}"
+            sagemaker_socket = listen(options.host, options.sagemaker_port, "SageMaker")
         try:
-            if credentials is None:
-                self.grpc_server.add_insecure_port(address)
-            else:
-                self.grpc_server.add_secure_port(address, credentials)
-        except RuntimeError as exc:
-            for sock in (http_socket, metrics_socket, sagemaker_socket):
+            if options.workers == 1:
+                self.listeners = Listeners(self.core, options)
+                self.listeners.bind()
+            else:  # the fronts bind in their own processes; a port in use ends them
+                check_ports_free(options)
+        except OSError:
+            for sock in (metrics_socket, sagemaker_socket):
                 if sock is not None:
                     sock.close()
-            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
-        await self.grpc_server.start()
-        self.acceptors = Acceptors(self.grpc_server, hot_methods, GRPC_ACCEPTORS)
-        self.acceptors.start()
-        await set_serving(self.health, False)
-
-        self.http = _uvicorn(
-            with_infer_route(
-                create_app(self.core, options.max_body_bytes), self.core, options.max_body_bytes
-            ),
-            limits,
-            context,
+            raise
+        if self.listeners is not None:
+            await self.listeners.start(context)
+        else:
+            self.fronts = FrontSupervisor(
+                self.core, options.workers, options, logging.getLevelName(log.getEffectiveLevel())
+            )
+            self.fronts.start()
+        limits = options.limits
+        self.metrics = uvicorn_server(
+            create_metrics_app(self.repository, self.fronts), limits, context
         )
-        self.metrics = _uvicorn(create_metrics_app(self.repository), limits, context)
-        self._tasks.append(asyncio.create_task(self.http.serve(sockets=[http_socket])))
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
         if sagemaker_socket is not None:
-            self.sagemaker = _uvicorn(
+            self.sagemaker = uvicorn_server(
                 create_sagemaker_app(self.core, options.max_body_bytes), limits
             )
             self._tasks.append(
@@ -215,16 +162,19 @@ class Gateway:
         if options.shed_lag_ms > 0:
             self._shedding = asyncio.create_task(self.core.shedder.watch())
         self.core.started = True
-        await set_serving(self.health, True)
+        await self._set_serving(True)
         ready = sorted({m.name for m in self.repository.ready_models()})
         log.info(
-            "accel-gateway %s: HTTP %s:%d, gRPC %s, metrics %s:%d; %d model(s) ready: %s",
+            "accel-gateway %s: HTTP %s:%d, gRPC %s:%d, metrics %s:%d, %d front process(es); "
+            "%d model(s) ready: %s",
             __version__,
             options.host,
             options.http_port,
-            address,
+            options.host,
+            options.grpc_port,
             options.host,
             options.metrics_port,
+            1 if self.listeners is not None else options.workers,
             len(ready),
             ", ".join(ready) or "none",
         )
@@ -264,27 +214,33 @@ class Gateway:
         self.core.stopping = True
         if self._poller is not None:
             self._poller.cancel()
-        if self.grpc_server is not None:
-            await set_serving(self.health, False)
-        if not await self.core.in_flight.wait_idle(drain_s):
+        await self._set_serving(False)
+        if self.fronts is not None:  # they drain their requests, which run here
+            await self.fronts.stop(drain_s)
+        if not await self.core.in_flight.wait_idle(max(deadline - loop.time(), 0.0)):
             log.warning(
                 "%d request(s) still in flight after %g s (--drain-seconds); stopping anyway",
                 self.core.in_flight.count, drain_s,
             )  # fmt: skip
         remaining = max(deadline - loop.time(), 0.5)
-        for server in (self.http, self.metrics, self.sagemaker):
+        for server in (self.metrics, self.sagemaker):
             if server is not None:
                 server.config.timeout_graceful_shutdown = remaining  # then connections close
                 server.should_exit = True
-        if self.grpc_server is not None:
-            # Requests are answered by now; what is left is streams held open by clients.
-            await self.grpc_server.stop(grace=min(remaining, 1.0))
+        if self.listeners is not None:
+            await self.listeners.stop(remaining)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.core.shared_memory.unregister()
         if self._shedding is not None:
             self._shedding.cancel()
         await self.repository.unload_all()
         log.info("accel-gateway stopped")
+
+    async def _set_serving(self, serving: bool) -> None:
+        if self.listeners is not None:
+            await self.listeners.set_serving(serving)
+        if self.fronts is not None:
+            self.fronts.set_serving(serving)
 
     async def run(self) -> None:
         """Serve until SIGINT or SIGTERM, which may also come while the startup models load."""

@@ -53,11 +53,24 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
     return wrapper
 
 
-def _metadata_value(context: grpc.aio.ServicerContext, name: str) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if key == name and isinstance(value, str):
-            return value
-    return None
+class _Metadata:
+    """A call's metadata as InferRequest.header: a value by its lower-case key, or all
+    of the text ones (a front process forwards them to the model host)."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self.context = context
+
+    def __call__(self, name: str) -> str | None:
+        for key, value in self.context.invocation_metadata() or ():
+            if key == name and isinstance(value, str):
+                return value
+        return None
+
+    def items(self) -> list[tuple[str, str]]:
+        metadata = self.context.invocation_metadata() or ()
+        return [(key, value) for key, value in metadata if isinstance(value, str)]
 
 
 def _token(context: grpc.aio.ServicerContext) -> str | None:
@@ -95,7 +108,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelReady(self, request, context):
-        return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, request.version))
+        ready = await self.core.model_ready(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready)
 
     @_rpc
     async def ServerMetadata(self, request, context):
@@ -119,7 +133,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelStatistics(self, request, context):
-        stats = self.core.statistics(request.name, request.version)
+        stats = await self.core.statistics(request.name, request.version)
         # A router's "variants" has no field in the proto: HTTP's statistics carry it.
         return json_format.ParseDict(
             {"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
@@ -129,7 +143,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context):
         self.core.shedder.check()  # before decoding: a refusal must cost little
         infer_request = decode_request(request, self.core.shared_memory.input_array)
-        infer_request.header = functools.partial(_metadata_value, context)
+        infer_request.header = _Metadata(context)
         remaining = context.time_remaining()  # None without a deadline
         if remaining is not None:
             infer_request.deadline = time.monotonic() + remaining
@@ -158,7 +172,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(message: pb.ModelInferRequest) -> None:
             try:
                 request = decode_request(message, self.core.shared_memory.input_array)
-                request.header = functools.partial(_metadata_value, context)
+                request.header = _Metadata(context)
                 response = encode_response(await self.core.infer(request))
                 await results.put(pb.ModelStreamInferResponse(infer_response=response))
             except GatewayError as exc:
@@ -227,7 +241,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def RepositoryIndex(self, request, context):
-        rows = self.core.repository_index(request.ready)
+        rows = await self.core.repository_index(request.ready)
         return pb.RepositoryIndexResponse(
             models=[
                 pb.RepositoryIndexResponse.ModelIndex(

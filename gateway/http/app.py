@@ -96,7 +96,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
 
     @app.get("/v2/models/stats")
     async def all_stats() -> Response:
-        return json_response({"model_stats": core.statistics()})
+        return json_response({"model_stats": await core.statistics()})
 
     @app.get("/v2/models/{name}")
     @app.get("/v2/models/{name}/versions/{version}")
@@ -108,7 +108,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     async def model_ready(name: str, version: str = "") -> Response:
         # Not ready says why: 404 unknown model or version, 400 malformed version, 503 not
         # (yet) ready. tritonclient's is_model_ready is False for any status but 200.
-        core.check_model_ready(name, version)
+        await core.check_model_ready(name, version)
         return Response(status_code=200)
 
     @app.get("/v2/models/{name}/config")
@@ -119,7 +119,7 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.get("/v2/models/{name}/stats")
     @app.get("/v2/models/{name}/versions/{version}/stats")
     async def model_stats(name: str, version: str = "") -> Response:
-        return json_response({"model_stats": core.statistics(name, version)})
+        return json_response({"model_stats": await core.statistics(name, version)})
 
     # POST .../infer is served by gateway.http.infer_route, in front of this app.
 
@@ -128,7 +128,8 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.post("/v2/repository/index")
     async def repository_index(request: Request) -> Response:
         body = await read_json(request, max_body_bytes)
-        return json_response(core.repository_index(get_bool(body, "ready", "the index request")))
+        ready_only = get_bool(body, "ready", "the index request")
+        return json_response(await core.repository_index(ready_only))
 
     @app.post("/v2/repository/models/{name}/load")
     async def load(request: Request, name: str) -> Response:

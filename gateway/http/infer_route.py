@@ -7,7 +7,6 @@ handler reads the ASGI messages directly; every other route stays in FastAPI.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -46,9 +45,21 @@ def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
     return lambda: cycle.disconnected
 
 
-def _header_value(headers: dict[bytes, bytes], name: str) -> str | None:
-    value = headers.get(name.lower().encode("latin-1"))
-    return value.decode("latin-1") if value is not None else None
+class _Headers:
+    """A request's headers as InferRequest.header: a value by name, or all of them (a
+    front process forwards them to the model host)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: dict[bytes, bytes]) -> None:
+        self.headers = headers
+
+    def __call__(self, name: str) -> str | None:
+        value = self.headers.get(name.lower().encode("latin-1"))
+        return value.decode("latin-1") if value is not None else None
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.headers.items()]
 
 
 async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
@@ -87,7 +98,7 @@ async def serve_infer(
         core.shared_memory.input_array,
     )
     request.client_gone = disconnect_probe(receive)
-    request.header = functools.partial(_header_value, headers)
+    request.header = _Headers(headers)
     response = await core.infer(request)
     payload, json_length = encode_response(response, request)
     reply_headers = []

@@ -89,7 +89,7 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
                 )
             return ready[0]
         name = model_name_of(target.decode("latin-1"))
-        if core.model_ready(name) or core.repository.control_mode == "on-demand":
+        if core.repository.is_ready(name) or core.repository.control_mode == "on-demand":
             return name  # on demand, the request itself loads it (or says why not)
         if not name or name.startswith(".") or name not in _repository_names(core):
             raise NotFound(
@@ -160,4 +160,4 @@ def _binary_length(scope: Scope) -> Scope:
 
 
 def _repository_names(core: InferenceCore) -> set[str]:
-    return {entry["name"] for entry in core.repository_index()}
+    return {entry["name"] for entry in core.repository.index()}

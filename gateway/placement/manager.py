@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LOAD_TIMEOUT_S = 120.0
 DEFAULT_LOAD_CONCURRENCY = 2  # loads at once per device
 WARM_UP_TIMEOUT_S = 120.0  # a warm-up batch running longer is given up (the model loads)
+
+
 class MemoryManager:
     def __init__(
         self,

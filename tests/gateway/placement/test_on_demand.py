@@ -33,13 +33,13 @@ def request(model: str, value: int = 7) -> InferRequest:
 
 
 def states(core) -> dict[str, str]:
-    return {row["name"]: row["state"] for row in core.repository_index()}
+    return {row["name"]: row["state"] for row in core.repository.index()}
 
 
 def test_fifty_concurrent_first_requests_share_one_load(models_dir, on_demand):
     core = on_demand(models_dir({"m": sized(100)}), budget_mb=1000)
     assert states(core) == {"m": "UNAVAILABLE"}
-    assert "loads on its first request" in core.repository_index()[0]["reason"]
+    assert "loads on its first request" in core.repository.index()[0]["reason"]
 
     async def scenario():
         return await asyncio.gather(*(core.infer(request("m", v)) for v in range(50)))
@@ -49,7 +49,7 @@ def test_fifty_concurrent_first_requests_share_one_load(models_dir, on_demand):
         np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 3), value))
     stats = core.repository.memory.stats
     assert stats.loads == 1 and stats.misses == 50
-    (row,) = core.repository_index()
+    (row,) = core.repository.index()
     assert row["state"] == "READY"
     assert row["memory"]["predicted_bytes"] == 100 * MB
     assert row["memory"]["devices"] == ["cpu"]
@@ -68,7 +68,7 @@ def test_the_least_recently_used_idle_model_is_evicted_and_reloads_on_its_next_r
         await core.infer(request("a"))  # a is used again: b is now the oldest
         await core.infer(request("d"))
         assert states(core) == {"a": "READY", "b": "UNAVAILABLE", "c": "READY", "d": "READY"}
-        evicted = next(r for r in core.repository_index() if r["name"] == "b")
+        evicted = next(r for r in core.repository.index() if r["name"] == "b")
         assert "evicted" in evicted["reason"]
         await core.infer(request("b"))  # comes back, and c (now the oldest) goes
         assert states(core)["c"] == "UNAVAILABLE"
@@ -237,7 +237,7 @@ def test_the_budget_holds_over_a_thousand_random_requests_to_twenty_models(model
             batch = rng.choices(names, weights, k=4)
             await asyncio.gather(*(core.infer(request(name, step)) for name in batch))
             assert ledger.used(CPU) <= budget_mb * MB, f"past the budget at step {step}"
-            loaded = [r["name"] for r in core.repository_index() if r["state"] == "READY"]
+            loaded = [r["name"] for r in core.repository.index() if r["state"] == "READY"]
             assert sum(sizes[n] for n in loaded) <= budget_mb
 
     asyncio.run(scenario())
@@ -288,7 +288,7 @@ def test_a_load_that_waits_for_room_past_the_load_timeout_says_so(models_dir, on
             await core.infer(request("c"))
         await busy
         await asyncio.sleep(0.05)
-        return refused.value, {row["name"]: row["reason"] for row in core.repository_index()}
+        return refused.value, {row["name"]: row["reason"] for row in core.repository.index()}
 
     refused, reasons = asyncio.run(scenario())
     # The request gives up at the load timeout, and so does the load, saying why.
@@ -311,7 +311,7 @@ def test_a_reload_books_what_the_instance_measured_when_it_last_loaded(models_di
         await core.infer(request("a"))  # 200 MB booked before it loads: b must go first
         assert states(core) == {"a": "READY", "b": "UNAVAILABLE"}
         assert memory.ledger.used(CPU) >= 200 * MB
-        (row,) = [r for r in core.repository_index() if r["name"] == "a"]
+        (row,) = [r for r in core.repository.index() if r["name"] == "a"]
         assert row["memory"]["predicted_bytes"] == 100 * MB  # the prediction, still shown
 
     asyncio.run(scenario())

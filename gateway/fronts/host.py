@@ -1,0 +1,113 @@
+"""The model host's side of one front's channel: each request the front decoded runs on
+the host's one InferenceCore (its queues, batchers, instances, statistics), and the
+answer goes back on the channel.
+
+Besides inference, a front may ask for the calls in REMOTE_CALLS, whose answers must be
+the same whichever front is asked (statistics, readiness, the repository).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import operator
+import pickle
+from typing import Any
+
+from accel_base.errors import GatewayError, Internal
+from gateway.core import InferenceCore
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel
+from workers.arena import Arena
+
+log = logging.getLogger(__name__)
+
+# InferenceCore methods a front may call by name.
+REMOTE_CALLS = frozenset(
+    {
+        "statistics", "repository_index", "model_ready", "check_model_ready",
+        "model_metadata", "model_config", "load_model", "unload_model",
+    }
+)  # fmt: skip
+
+
+class FrontLink:
+    """One front, seen from the host: counts what it sent, answers it."""
+
+    def __init__(self, index: int, core: InferenceCore) -> None:
+        self.index = index
+        self.core = core
+        self.channel: Channel | None = None
+        self.requests = 0  # inference requests this front has sent, over its restarts
+        self._gone: set[int] = set()  # calls whose callers went away
+        self._tasks: set[asyncio.Task] = set()
+
+    def attach(self, channel: Channel) -> None:
+        self.channel = channel
+        self._gone = set()  # a new front numbers its calls from 0 again
+
+    def on_message(self, message: tuple, arena: Arena | None) -> None:
+        kind = message[0]
+        if kind == "infer":
+            self.requests += 1
+            self._spawn(self._infer(message, arena))
+        elif kind == "cancel":
+            self._gone.add(message[1])
+        elif kind == "call":
+            self._spawn(self._call(message))
+        else:
+            log.error("front %d sent an unknown message %r", self.index, kind)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _infer(self, message: tuple, arena: Arena | None) -> None:
+        call = message[1]
+        channel, gone = self.channel, self._gone
+        try:
+            request = wire.request_of(message, arena)
+            request.client_gone = functools.partial(operator.contains, gone, call)
+            response = await self.core.infer(request)
+            reply, reply_arena = wire.answer_message(call, response)
+        except GatewayError as exc:
+            reply, reply_arena = wire.error_message(call, exc), None
+        except Exception as exc:  # noqa: BLE001 - the front's caller gets it as a 500
+            log.exception("request from front %d failed", self.index)
+            failure = Internal(f"{type(exc).__name__}: {exc}")
+            reply, reply_arena = wire.error_message(call, failure), None
+        finally:
+            gone.discard(call)
+        if channel is not None:
+            channel.send(reply, reply_arena)
+
+    async def _call(self, message: tuple) -> None:
+        _, call, method, arguments = message
+        channel = self.channel
+        try:
+            if method not in REMOTE_CALLS:
+                raise Internal(f"a front asked for '{method}', which the host does not serve")
+            result = getattr(self.core, method)(*pickle.loads(arguments))
+            if inspect.isawaitable(result):
+                result = await result
+            if method == "model_config":
+                result = result.SerializeToString()
+            reply = ("result", call, pickle.dumps(result))
+        except GatewayError as exc:
+            reply = wire.error_message(call, exc)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("call %s from front %d failed", method, self.index)
+            reply = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
+        if channel is not None:
+            channel.send(reply)
+
+    def detach(self) -> None:
+        """The front is gone: what it asked for still runs; nobody reads the answers."""
+        self.channel = None
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)

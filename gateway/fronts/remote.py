@@ -1,0 +1,140 @@
+"""A front process's InferenceCore: the same calls the HTTP and gRPC fronts make, each
+answered by the model host over the front's channel.
+
+Liveness, drain and load shedding are the front's own (its event loop, its requests in
+flight); everything about models (readiness, metadata, statistics, the repository,
+inference) is the host's, so every front gives the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import pickle
+from typing import Any
+
+from accel_base.errors import Unavailable
+from accel_base.proto import model_config_pb2 as mc
+from gateway.drain import InFlight
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel
+from gateway.inference import InferRequest, InferResponse
+from gateway.shared_memory import SharedMemoryRegistry
+from gateway.shared_memory_calls import SharedMemoryCalls
+from gateway.shedding import LoopShedder
+from workers.arena import Arena
+
+
+class RemoteCore(SharedMemoryCalls):
+    """The shared-memory extension is off in a front: a region registered through one
+    would be unknown to the others (the server refuses --allow-shared-memory with
+    --workers above 1)."""
+
+    def __init__(
+        self, metadata: dict[str, Any], admin_token: str | None, shed_lag_ms: float
+    ) -> None:
+        self.metadata = metadata
+        self.admin_token = admin_token
+        self.channel: Channel | None = None
+        self.serving = False
+        self.stopping = False
+        self.started = True
+        self.in_flight = InFlight()
+        self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
+        self.shared_memory = SharedMemoryRegistry(enabled=False)
+        self._calls = itertools.count()
+        self._waiting: dict[int, asyncio.Future] = {}
+        self.on_control: Any = None  # (message) -> None for "serving" and "stop"
+
+    # ---- the channel -------------------------------------------------------------------
+
+    def on_message(self, message: tuple, arena: Arena | None) -> None:
+        kind = message[0]
+        if kind in ("answer", "error", "result"):
+            waiter = self._waiting.pop(message[1], None)
+            if waiter is None or waiter.done():
+                return  # its caller went away
+            if kind == "answer":
+                waiter.set_result(wire.response_of(message, arena))
+            elif kind == "result":
+                waiter.set_result(pickle.loads(message[2]))
+            else:
+                waiter.set_exception(wire.error_of(message))
+        elif self.on_control is not None:
+            self.on_control(message)
+
+    def host_gone(self) -> None:
+        """The channel closed: every call waiting fails, and new ones do at once."""
+        self.serving = False
+        for waiter in self._waiting.values():
+            if not waiter.done():
+                waiter.set_exception(Unavailable("the gateway's model host has stopped"))
+        self._waiting.clear()
+
+    async def _ask(self, call: int, message: tuple, arena: Arena | None = None) -> Any:
+        channel = self.channel
+        if channel is None or channel.closed:
+            if arena is not None:
+                arena.close()
+            raise Unavailable("the gateway's model host has stopped")
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[call] = waiter
+        channel.send(message, arena)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if self._waiting.pop(call, None) is not None and message[0] == "infer":
+                channel.send(("cancel", call))
+            raise
+
+    async def _call(self, method: str, *arguments: Any) -> Any:
+        call = next(self._calls)
+        return await self._ask(call, ("call", call, method, pickle.dumps(arguments)))
+
+    # ---- what the fronts call ----------------------------------------------------------
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.serving and not self.stopping
+
+    def server_metadata(self) -> dict[str, Any]:
+        return self.metadata
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.stopping:
+            raise Unavailable("the server is shutting down; send the request elsewhere")
+        header = request.header
+        headers = header.items() if header is not None and hasattr(header, "items") else None
+        call = next(self._calls)
+        message, arena = wire.request_message(call, request, headers)
+        self.in_flight.enter()
+        try:
+            return await self._ask(call, message, arena)
+        finally:
+            self.in_flight.leave()
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return await self._call("model_ready", name, version)
+
+    async def check_model_ready(self, name: str, version: str = "") -> None:
+        await self._call("check_model_ready", name, version)
+
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return await self._call("model_metadata", name, version)
+
+    async def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return mc.ModelConfig.FromString(await self._call("model_config", name, version))
+
+    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        return await self._call("statistics", name, version)
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return await self._call("repository_index", ready_only)
+
+    async def load_model(self, name: str, token: str | None, parameters: Any = None) -> None:
+        await self._call("load_model", name, token, parameters)
+
+    async def unload_model(self, name: str, token: str | None) -> None:
+        await self._call("unload_model", name, token)

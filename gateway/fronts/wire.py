@@ -1,0 +1,191 @@
+"""What crosses a front's channel to the model host: requests, answers, errors, tensors.
+
+Messages are marshal'd tuples, one per SOCK_SEQPACKET send (no framing). Tensors of a
+message travel inline while they are small (marshal takes an array's buffer as it is),
+and in one shared-memory arena of their own when they are not: a memfd the sender
+writes and the receiver maps, passed with the message. The receiver's arrays view the
+mapping, which the kernel frees when the last of them is gone, so neither side keeps
+track of ranges.
+
+Front -> host:
+    ("infer", call, model, version, id, parameters, inputs, outputs, deadline, headers)
+    ("cancel", call)                 the front's caller went away
+    ("call", call, method, pickled arguments)
+Host -> front:
+    ("answer", call, model, version, id, parameters, outputs)
+    ("error", call, error class name, message, retry after seconds or None)
+    ("result", call, pickled result)
+    ("hello", front index, pickled options, server metadata)   the first message
+    ("serving", bool)                readiness of the host's models
+    ("stop", drain seconds)          drain and exit
+Tensors: (name, datatype, dtype, shape, parameters, bytes) inline, or with an integer
+offset for the bytes when the message's arena holds them.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import socket
+from typing import Any
+
+import numpy as np
+
+from accel_base import errors
+from accel_base.datatypes import deserialize_bytes, element_count, serialize_bytes
+from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
+from workers import protocol
+from workers.arena import Arena, aligned, grown_size
+
+# Tensors of one message up to this many bytes travel inline; more go through an arena.
+INLINE_BYTES = 64 * 1024
+# A message (inline tensors, metadata, a model config) is at most this long.
+MAX_MESSAGE_BYTES = 1 << 20
+BYTES = "BYTES"
+
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def channel_pair() -> tuple[socket.socket, socket.socket]:
+    """The (host end, front end) of a new front's channel."""
+    ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for end in ends:
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * MAX_MESSAGE_BYTES)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MAX_MESSAGE_BYTES)
+        end.setblocking(False)
+    return ends  # type: ignore[return-value]
+
+
+def receive(sock: socket.socket) -> tuple[tuple, Arena | None]:
+    """The next message and the arena that came with it; BlockingIOError when none is
+    waiting, EOFError when the other side is gone."""
+    message, fds = protocol.receive(sock, MAX_MESSAGE_BYTES)
+    if not fds:
+        return message, None
+    for extra in fds[1:]:
+        os.close(extra)
+    arena = Arena(os.fstat(fds[0]).st_size, fds[0])
+    os.close(arena.fd)  # the mapping stays, as long as the arena or an array views it
+    arena.fd = -1
+    return message, arena
+
+
+def encode(message: tuple) -> bytes:
+    data = marshal.dumps(message)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"a {message[0]!r} message of {len(data)} bytes is over the limit")
+    return data
+
+
+# ---- tensors -----------------------------------------------------------------------
+
+
+def pack_tensors(tensors: list[Tensor]) -> tuple[list[tuple], Arena | None]:
+    """Wire tuples for `tensors`, and the arena that holds their bytes when they are too
+    many to go inline (the caller sends its descriptor, then closes it)."""
+    payloads: list[Any] = []
+    total = 0
+    for tensor in tensors:
+        data = tensor.data
+        if data.dtype.hasobject:
+            payload: Any = serialize_bytes(data)
+            dtype = BYTES
+        else:
+            payload = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+            dtype = data.dtype.str
+        payloads.append((dtype, payload))
+        total += len(payload) if dtype == BYTES else payload.nbytes
+    if total <= INLINE_BYTES:
+        return [
+            (t.name, t.datatype, dtype, t.data.shape, t.parameters, payload)
+            for t, (dtype, payload) in zip(tensors, payloads, strict=True)
+        ], None
+    arena = Arena(grown_size(total + 64 * len(tensors)), name="accel-gateway-front")
+    packed, offset = [], 0
+    for tensor, (dtype, payload) in zip(tensors, payloads, strict=True):
+        raw = memoryview(payload).cast("B") if dtype != BYTES else payload
+        offset = aligned(offset)
+        arena.buffer[offset : offset + len(raw)] = raw
+        packed.append(
+            (tensor.name, tensor.datatype, dtype, tensor.data.shape, tensor.parameters,
+             (offset, len(raw)))
+        )  # fmt: skip
+        offset += len(raw)
+    return packed, arena
+
+
+def unpack_tensors(packed: list[tuple], arena: Arena | None) -> list[Tensor]:
+    tensors = []
+    for name, datatype, dtype, shape, parameters, payload in packed:
+        if isinstance(payload, tuple):
+            if arena is None:
+                raise ValueError(f"tensor '{name}' is in an arena that did not come")
+            offset, nbytes = payload
+            raw: Any = memoryview(arena.buffer)[offset : offset + nbytes]
+        else:
+            raw = payload
+        if dtype == BYTES:
+            data = deserialize_bytes(raw, element_count(shape), name).reshape(shape)
+        else:
+            kind = _DTYPES.get(dtype) or _DTYPES.setdefault(dtype, np.dtype(dtype))
+            data = np.frombuffer(raw, kind).reshape(shape) if len(raw) else np.empty(shape, kind)
+        tensors.append(Tensor(name, datatype, data, parameters))
+    return tensors
+
+
+# ---- requests and answers ------------------------------------------------------------
+
+
+def request_message(
+    call: int, request: InferRequest, headers: list[tuple[str, str]] | None
+) -> tuple[tuple, Arena | None]:
+    inputs, arena = pack_tensors(request.inputs)
+    outputs = [(o.name, o.parameters) for o in request.outputs]
+    message = (
+        "infer", call, request.model_name, request.model_version, request.id,
+        request.parameters, inputs, outputs, request.deadline, headers,
+    )  # fmt: skip
+    return message, arena
+
+
+def request_of(message: tuple, arena: Arena | None) -> InferRequest:
+    _, _, model, version, id_, parameters, inputs, outputs, deadline, headers = message
+    request = InferRequest(
+        model, version, id_, parameters, unpack_tensors(inputs, arena),
+        [RequestedOutput(name, params) for name, params in outputs], None, deadline,
+    )  # fmt: skip
+    if headers:
+        request.header = dict(headers).get
+    return request
+
+
+def answer_message(call: int, response: InferResponse) -> tuple[tuple, Arena | None]:
+    outputs, arena = pack_tensors(response.outputs)
+    message = (
+        "answer", call, response.model_name, response.model_version, response.id,
+        response.parameters, outputs,
+    )  # fmt: skip
+    return message, arena
+
+
+def response_of(message: tuple, arena: Arena | None) -> InferResponse:
+    _, _, model, version, id_, parameters, outputs = message
+    return InferResponse(model, version, id_, parameters, unpack_tensors(outputs, arena))
+
+
+def error_message(call: int, exc: errors.GatewayError) -> tuple:
+    return ("error", call, type(exc).__name__, exc.message, exc.retry_after_s)
+
+
+def error_of(message: tuple) -> errors.GatewayError:
+    """The host's error as the front raises it: the same class where it is one of the
+    base's (Overloaded is an Unavailable that keeps its Retry-After), else Internal."""
+    _, _, kind, text, retry_after_s = message
+    cls = getattr(errors, kind, None)
+    if kind == "Overloaded":
+        cls = errors.Unavailable
+    if not (isinstance(cls, type) and issubclass(cls, errors.GatewayError)):
+        cls = errors.Internal
+    exc = cls(text)
+    exc.retry_after_s = retry_after_s
+    return exc

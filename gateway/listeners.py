@@ -1,0 +1,164 @@
+"""The HTTP and gRPC listeners of one process around a core: the server's own
+InferenceCore, or a front process's RemoteCore (gateway/fronts). Several front processes
+bind the same ports with SO_REUSEPORT, and the kernel spreads connections among them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from typing import Any
+
+import grpc
+import uvicorn
+
+from gateway.grpc.acceptors import Acceptors
+from gateway.grpc.service import add_services, set_serving
+from gateway.http.app import create_app
+from gateway.http.infer_route import with_infer_route
+from gateway.http.timeouts import timed_protocol
+from gateway.limits import ConnectionLimits
+
+# New ModelInfer calls that gRPC may hand over in one turn of the event loop
+# (gateway/grpc/acceptors.py).
+GRPC_ACCEPTORS = 32
+
+
+def event_loop_factory():
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+class _Uvicorn(uvicorn.Server):
+    # The gateway owns signal handling for all its listeners.
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def listen(host: str, port: int, what: str, reuse_port: bool = False) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def check_ports_free(options: Any) -> None:
+    """Raise OSError, naming the port, when the HTTP or gRPC port is taken by a process
+    that does not share it (front processes bind them later, with SO_REUSEPORT)."""
+    for port, what in ((options.http_port, "HTTP"), (options.grpc_port, "gRPC")):
+        listen(options.host, port, what, reuse_port=True).close()
+
+
+def uvicorn_server(
+    app: Any, limits: ConnectionLimits, context: ssl.SSLContext | None = None
+) -> _Uvicorn:
+    config = uvicorn.Config(
+        app,
+        loop="none",
+        http=timed_protocol(limits.read_timeout_s),
+        # Requests on any connection get 503 while this many connections are open.
+        limit_concurrency=limits.max_connections,
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=limits.keep_alive_s,
+        # Not behind a proxy by default, and per-response headers nobody reads cost time.
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+        # One context, built and checked at start, serves every TLS listener.
+        ssl_context_factory=(lambda _config, _default: context) if context else None,
+    )
+    return _Uvicorn(config)
+
+
+class Listeners:
+    """HTTP and gRPC around `core`: `bind()` (a port in use is one clear error before
+    anything starts), `start()`, `set_serving()`, then `stop()`."""
+
+    def __init__(self, core: Any, options: Any, reuse_port: bool = False) -> None:
+        """`options`: the server's ServerOptions (host, ports, limits, TLS, body limit)."""
+        self.core = core
+        self.options = options
+        self.reuse_port = reuse_port
+        self.grpc_address = f"{options.host}:{options.grpc_port}"
+        self.grpc_server: grpc.aio.Server | None = None
+        self.health: Any = None
+        self.acceptors: Acceptors | None = None
+        self.http: _Uvicorn | None = None
+        self._http_socket: socket.socket | None = None
+        self._task: asyncio.Task | None = None
+
+    def bind(self) -> None:
+        options = self.options
+        self._http_socket = listen(options.host, options.http_port, "HTTP", self.reuse_port)
+        limits = options.limits
+        self.grpc_server = grpc.aio.server(
+            # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue. grpc
+            # counts only the calls its own loop accepts; the V2 service counts all of its
+            # own (gateway/grpc/service.py), so this bounds the health service's.
+            maximum_concurrent_rpcs=limits.max_connections,
+            options=[
+                ("grpc.max_receive_message_length", options.max_body_bytes),
+                ("grpc.max_send_message_length", -1),  # the limit is on requests, not answers
+                ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+                ("grpc.max_connection_idle_ms", int(limits.keep_alive_s * 1000)),
+                ("grpc.so_reuseport", 1 if self.reuse_port else 0),
+            ],
+        )
+        self.health, self._hot_methods = add_services(
+            self.grpc_server, self.core, limits.max_connections
+        )
+        credentials = options.tls.grpc_credentials() if options.tls else None
+        try:
+            if credentials is None:
+                self.grpc_server.add_insecure_port(self.grpc_address)
+            else:
+                self.grpc_server.add_secure_port(self.grpc_address, credentials)
+        except RuntimeError as exc:
+            self._http_socket.close()
+            raise OSError(f"cannot listen for gRPC on {self.grpc_address}: {exc}") from None
+
+    async def start(self, context: ssl.SSLContext | None) -> None:
+        assert self.grpc_server is not None and self._http_socket is not None, "bind() first"
+        await self.grpc_server.start()
+        self.acceptors = Acceptors(self.grpc_server, self._hot_methods, GRPC_ACCEPTORS)
+        self.acceptors.start()
+        await set_serving(self.health, False)
+        options = self.options
+        app = create_app(self.core, options.max_body_bytes)
+        self.http = uvicorn_server(
+            with_infer_route(app, self.core, options.max_body_bytes), options.limits, context
+        )
+        self._task = asyncio.create_task(self.http.serve(sockets=[self._http_socket]))
+
+    async def set_serving(self, serving: bool) -> None:
+        if self.health is not None:
+            await set_serving(self.health, serving)
+
+    def close_http(self, grace_s: float) -> None:
+        """HTTP stops accepting; open connections get `grace_s` to finish."""
+        if self.http is not None:
+            self.http.config.timeout_graceful_shutdown = grace_s
+            self.http.should_exit = True
+
+    async def stop(self, grace_s: float) -> None:
+        self.close_http(grace_s)
+        if self.grpc_server is not None:
+            # Requests are answered by now; what is left is streams held open by clients.
+            await self.grpc_server.stop(grace=min(grace_s, 1.0))
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -1,0 +1,158 @@
+"""Several front processes (`--workers 2`): both serve the same ports, hand their requests
+to one batcher, report one set of statistics, restart without touching the models, and
+drain on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from models import simple
+from models.mlp import reference_outputs, write_mlp
+
+BATCH = 16  # requests that fill the window's one batch
+
+
+def front_requests(server) -> dict[str, int]:
+    """accel_gateway_front_requests by front, from the host's metrics."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("accel_gateway_front_requests{"):
+            labels, value = line.rsplit(" ", 1)
+            counts[labels.split('"')[1]] = int(value)
+    return counts
+
+
+def front_pids(server) -> list[int]:
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    pids = []
+    for child in map(int, children):
+        command = Path(f"/proc/{child}/cmdline").read_bytes()
+        if b"gateway.fronts.main" in command:
+            pids.append(child)
+    return pids
+
+
+def infer_http(url: str, data: np.ndarray, model: str = "mlp") -> np.ndarray:
+    client = httpclient.InferenceServerClient(url, network_timeout=30.0)
+    try:
+        tensor = httpclient.InferInput("INPUT0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        return client.infer(model, [tensor]).as_numpy("OUTPUT0")
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def two_fronts(tmp_path, server_factory):
+    repository = tmp_path / "repository"
+    # One batch of 16 waits up to 10 s for its rows: only a full batch leaves early.
+    write_mlp(repository, "mlp", 64, dynamic_batching=True, max_batch_size=BATCH,
+              max_queue_delay_us=10_000_000, preferred_batch_sizes=(BATCH,),
+              adaptive_window=False)  # fmt: skip
+    simple.build(repository)
+    return server_factory(repository, "--workers", "2"), repository
+
+
+def test_two_fronts_feed_one_batcher_and_report_one_set_of_statistics(two_fronts):
+    server, repository = two_fronts
+    assert len(front_pids(server)) == 2
+    rng = np.random.default_rng(3)
+    inputs = [rng.random((1, 784), dtype=np.float32) for _ in range(BATCH)]
+    # Each request on its own connection: the kernel spreads them over both fronts.
+    with ThreadPoolExecutor(max_workers=BATCH) as pool:
+        outputs = list(pool.map(lambda data: infer_http(server.http_url, data), inputs))
+    model = repository / "mlp" / "1" / "model.onnx"
+    for data, output in zip(inputs, outputs, strict=True):
+        np.testing.assert_allclose(output, reference_outputs(model, data), rtol=1e-5, atol=1e-6)
+    by_front = front_requests(server)
+    assert sorted(by_front) == ["0", "1"] and all(by_front.values()), by_front
+    assert sum(by_front.values()) == BATCH
+    # One batch held the requests of both fronts; every front reports that same batch.
+    for _ in range(8):  # new connections, so both fronts answer some of these
+        client = httpclient.InferenceServerClient(server.http_url)
+        stats = client.get_inference_statistics("mlp")["model_stats"][0]
+        client.close()
+        assert (stats["inference_count"], stats["execution_count"]) == (BATCH, 1), stats
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    stats = grpc.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
+    assert (int(stats["inference_count"]), int(stats["execution_count"])) == (BATCH, 1)
+    assert grpc.is_model_ready("simple") and grpc.is_server_ready()
+    assert grpc.get_model_config("mlp").config.max_batch_size == BATCH
+    grpc.close()
+
+
+def test_a_front_that_dies_is_restarted_without_touching_the_models(two_fronts):
+    server, _ = two_fronts
+    data = np.zeros((BATCH, 784), dtype=np.float32)  # a full batch: no window to wait
+    infer_http(server.http_url, data)
+    victim = front_pids(server)[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        pids = front_pids(server)
+        if len(pids) == 2 and victim not in pids:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"no new front after killing {victim}:\n{server.log()}")
+    # Every new connection is answered again, by either front; the model stayed loaded.
+    for _ in range(10):
+        output = infer_http(server.http_url, data)
+        assert output.shape == (BATCH, 10)
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics("mlp")["model_stats"][0]
+    client.close()
+    assert stats["execution_count"] == 11  # counted from before the restart
+    assert "loaded model 'mlp'" in server.log() and server.log().count("loaded model 'mlp'") == 1
+
+
+def test_sigterm_drains_every_front(two_fronts):
+    server, _ = two_fronts
+    results: list = []
+
+    def one(i: int) -> None:
+        try:
+            results.append(infer_http(server.http_url, np.full((1, 784), i, np.float32)))
+        except Exception as exc:  # counted below; none expected
+            results.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(BATCH - 1)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while sum(front_requests(server).values()) < BATCH - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # all 15 wait in the batch window (one row short of a batch)
+    fronts = front_pids(server)
+    server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(30)
+    assert server.process.wait(30) == 0, server.log()
+    assert len(results) == BATCH - 1
+    assert all(isinstance(r, np.ndarray) for r in results), results
+    assert not [pid for pid in fronts if Path(f"/proc/{pid}").exists()]
+
+
+def test_workers_refuse_shared_memory_and_port_zero(tmp_path):
+    simple.build(tmp_path / "repository")
+    base = [sys.executable, "-m", "gateway", "serve", "--model-repository",
+            str(tmp_path / "repository"), "--workers", "2"]  # fmt: skip
+    run = subprocess.run([*base, "--allow-shared-memory"], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert run.returncode == 2 and "--allow-shared-memory needs --workers 1" in run.stderr
+    run = subprocess.run([*base, "--http-port", "0"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "fixed HTTP and gRPC ports" in run.stderr
