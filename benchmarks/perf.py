@@ -52,12 +52,13 @@ def perf_analyzer(
     url: str,
     protocol: str,
     concurrency: int,
-    core: int,
+    core: int | str,
     label: str,
     extra: tuple[str, ...] = (),
     measurement_ms: int = 3000,
 ) -> Measurement:
-    """Run perf_analyzer on `core` at one concurrency and read its CSV report."""
+    """Run perf_analyzer on `core` (or a taskset list of cores, "8-15") at one concurrency
+    and read its CSV report."""
     if not PERF_ANALYZER.exists():
         raise SystemExit(
             f"perf_analyzer is not installed at {PERF_ANALYZER}; run scripts/test once"

@@ -85,6 +85,7 @@ async def serve(fd: int) -> int:
     context = options.tls.ssl_context() if options.tls else None
     listeners.bind()
     await listeners.start(context)
+    shedding = asyncio.ensure_future(core.shedder.watch()) if options.shed_lag_ms > 0 else None
     await listeners.set_serving(core.ready())
     log.debug("front %d serving HTTP %s:%d and gRPC %s", index, options.host,
               options.http_port, listeners.grpc_address)  # fmt: skip
@@ -96,6 +97,8 @@ async def serve(fd: int) -> int:
         log.warning("front %d: %d request(s) still in flight after the drain",
                     index, core.in_flight.count)  # fmt: skip
     await listeners.stop(1.0)
+    if shedding is not None:
+        shedding.cancel()
     core.channel.close()
     return 0
 

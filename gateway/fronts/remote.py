@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 from accel_base.errors import Unavailable
@@ -23,6 +24,8 @@ from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shared_memory_calls import SharedMemoryCalls
 from gateway.shedding import LoopShedder
 from workers.arena import Arena
+
+CLIENT_CHECK_S = 0.05  # how often waiting calls' clients are checked
 
 
 class RemoteCore(SharedMemoryCalls):
@@ -44,6 +47,9 @@ class RemoteCore(SharedMemoryCalls):
         self.shared_memory = SharedMemoryRegistry(enabled=False)
         self._calls = itertools.count()
         self._waiting: dict[int, asyncio.Future] = {}
+        # Calls whose front can tell that their client went away (HTTP), by call.
+        self._probes: dict[int, Callable[[], bool]] = {}
+        self._watcher: asyncio.Task | None = None
         self.on_control: Any = None  # (message) -> None for "serving" and "stop"
 
     # ---- the channel -------------------------------------------------------------------
@@ -109,11 +115,29 @@ class RemoteCore(SharedMemoryCalls):
         headers = header.items() if header is not None and hasattr(header, "items") else None
         call = next(self._calls)
         message, arena = wire.request_message(call, request, headers)
+        probe = request.client_gone
+        if probe is not None:
+            self._probes[call] = probe
+            if self._watcher is None or self._watcher.done():
+                self._watcher = asyncio.ensure_future(self._watch_clients())
         self.in_flight.enter()
         try:
             return await self._ask(call, message, arena)
         finally:
             self.in_flight.leave()
+            self._probes.pop(call, None)
+
+    async def _watch_clients(self) -> None:
+        """While calls wait, tell the host of those whose clients went away, so that it
+        drops them before they run (the host cannot see the front's connections)."""
+        while self._probes:
+            await asyncio.sleep(CLIENT_CHECK_S)
+            channel = self.channel
+            for call, probe in list(self._probes.items()):
+                if probe():
+                    del self._probes[call]
+                    if channel is not None and self._waiting.get(call) is not None:
+                        channel.send(("cancel", call))
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         return await self._call("model_ready", name, version)

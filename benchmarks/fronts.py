@@ -1,0 +1,101 @@
+"""Front processes: `simple` served by `--workers 1` (one process) and by N front processes
+in front of the one model host, over HTTP binary and gRPC.
+
+    .venv/bin/python -m benchmarks.fronts [--fronts 2 4 8] [--server-cores 0-7]
+        [--client-cores 8-15] [--concurrency 64] [--measurement-ms 3000]
+
+The gateway runs on `--server-cores` (all its processes), perf_analyzer on
+`--client-cores`. Printed: each run's throughput against the in-process floor (ONNX
+Runtime at batch 1 on the first server core) and against `--workers 1` measured in the
+same run, and that ratio over N (1.0: perfect scaling). Goals (issue 15), on a machine
+with 8 cores for the gateway: at least 0.8 x N at N = 4 and 0.7 x N at N = 8. With fewer
+server cores than fronts the figure is the cost of the hand-off, not scaling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from benchmarks.perf import PERF_ANALYZER, Measurement, perf_analyzer
+from benchmarks.serving_simple import in_process_floor
+from gateway.launch import start_gateway
+from models import simple
+
+PROTOCOLS = (("HTTP binary", "http"), ("gRPC unary", "grpc"))
+
+
+def cores(text: str) -> set[int]:
+    """A taskset-style list: "0", "0-7", "0,2,4-5"."""
+    chosen: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return chosen
+
+
+def measure(repository: Path, workers: int, args: argparse.Namespace, log: Path) -> list:
+    server = start_gateway(
+        repository, "--log-level", "warning", "--workers", str(workers),
+        "--queue-budget-ms", "1000",
+        log_path=log, cpu_cores=cores(args.server_cores),
+    )  # fmt: skip
+    try:
+        runs = []
+        for label, protocol in PROTOCOLS:
+            url = server.grpc_url if protocol == "grpc" else server.http_url
+            runs.append(
+                perf_analyzer(
+                    "simple",
+                    url,
+                    protocol,
+                    args.concurrency,
+                    args.client_cores,
+                    f"{label} workers={workers}",
+                    (),
+                    args.measurement_ms,
+                )  # fmt: skip
+            )
+        return runs
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fronts", type=int, nargs="+", default=[2])
+    parser.add_argument("--server-cores", default="0")
+    parser.add_argument("--client-cores", default="1")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    args = parser.parse_args()
+    if not PERF_ANALYZER.exists():
+        raise SystemExit(f"perf_analyzer is not installed at {PERF_ANALYZER}; run scripts/test")
+    with tempfile.TemporaryDirectory() as tmp:
+        repository = Path(tmp) / "repository"
+        simple.build(repository)
+        floor = in_process_floor(repository, min(cores(args.server_cores)))
+        results: dict[int, list[Measurement]] = {}
+        for workers in [1, *args.fronts]:
+            results[workers] = measure(repository, workers, args, Path(tmp) / f"w{workers}.log")
+    print(f"\nfloor: ONNX Runtime in-process, batch 1: {floor:,.0f} /s")
+    print(f"server cores {args.server_cores}, perf_analyzer cores {args.client_cores}, "
+          f"concurrency {args.concurrency}")  # fmt: skip
+    print(f"{'path':<13}{'workers':>8}{'infer/s':>10}{'x floor':>9}{'x one':>8}{'x one / N':>11}"
+          f"{'p99 ms':>8}")  # fmt: skip
+    for index, (label, _) in enumerate(PROTOCOLS):
+        one = results[1][index].throughput
+        for workers, runs in results.items():
+            run = runs[index]
+            ratio = run.throughput / one if one else float("nan")
+            print(
+                f"{label:<13}{workers:>8}{run.throughput:>10,.0f}{run.throughput / floor:>9.3f}"
+                f"{ratio:>8.3f}{ratio / workers:>11.3f}{run.p99_us / 1000:>8.2f}"
+            )
+    print("(x one: against --workers 1 in this run; goals with 8 server cores: x one / N "
+          ">= 0.8 at N=4, >= 0.7 at N=8)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
