@@ -70,11 +70,20 @@ def send(sock: socket.socket, message: tuple, fds: tuple[int, ...] = ()) -> None
         sock.send(data)
 
 
-def receive(sock: socket.socket, limit: int = RUN_MESSAGE_BYTES) -> tuple[tuple, list[int]]:
-    """The next message and the descriptors it carried; EOFError when the other side is gone."""
+def receive(
+    sock: socket.socket, limit: int = RUN_MESSAGE_BYTES, buffer: bytearray | None = None
+) -> tuple[tuple, list[int]]:
+    """The next message and the descriptors it carried; EOFError when the other side is
+    gone. With `buffer` (reused from call to call), the message is read into it, up to its
+    length: no new buffer of `limit` bytes for each message."""
     # recvmsg itself rather than socket.recv_fds, whose Python wrapper costs microseconds
     # on every batch.
-    data, ancillary, flags, _ = sock.recvmsg(limit, _FDS_SPACE)
+    data: bytes | memoryview
+    if buffer is None:
+        data, ancillary, flags, _ = sock.recvmsg(limit, _FDS_SPACE)
+    else:
+        size, ancillary, flags, _ = sock.recvmsg_into([buffer], _FDS_SPACE)
+        data = memoryview(buffer)[:size]
     fds: list[int] = []
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

@@ -82,7 +82,7 @@ class FrontLink:
         finally:
             gone.discard(call)
         if channel is not None:
-            channel.send(reply, reply_arena)
+            self._reply(channel, call, reply, reply_arena)
 
     async def _call(self, message: tuple) -> None:
         _, call, method, arguments = message
@@ -102,7 +102,13 @@ class FrontLink:
             log.exception("call %s from front %d failed", method, self.index)
             reply = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
         if channel is not None:
-            channel.send(reply)
+            self._reply(channel, call, reply)
+
+    def _reply(self, channel: Channel, call: int, reply: tuple, arena: Arena | None = None):
+        try:
+            channel.send(reply, arena)
+        except wire.MessageTooLarge as exc:  # the caller must hear something
+            channel.send(wire.error_message(call, Internal(f"the answer is too large: {exc}")))
 
     def detach(self) -> None:
         """The front is gone: what it asked for still runs; nobody reads the answers."""

@@ -36,7 +36,7 @@ async def _hello(sock: socket.socket) -> tuple:
 
     def readable() -> None:
         try:
-            message, _ = wire.receive(sock)
+            message, _ = wire.receive(sock, bytearray(wire.MAX_MESSAGE_BYTES))
         except BlockingIOError:
             return
         except (EOFError, OSError, ValueError) as exc:

@@ -14,7 +14,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from accel_base.errors import Unavailable
+from accel_base.errors import PayloadTooLarge, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.drain import InFlight
 from gateway.fronts import wire
@@ -83,9 +83,12 @@ class RemoteCore(SharedMemoryCalls):
             if arena is not None:
                 arena.close()
             raise Unavailable("the gateway's model host has stopped")
+        try:
+            channel.send(message, arena)
+        except wire.MessageTooLarge as exc:
+            raise PayloadTooLarge(f"the request is too large for the model host: {exc}") from None
         waiter = asyncio.get_running_loop().create_future()
         self._waiting[call] = waiter
-        channel.send(message, arena)
         try:
             return await waiter
         except asyncio.CancelledError:

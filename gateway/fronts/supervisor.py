@@ -81,6 +81,7 @@ class FrontSupervisor:
         front.link.attach(channel)
         metadata = self.core.server_metadata()
         channel.send(("hello", front.link.index, pickle.dumps(self.options), metadata))
+        channel.flush()  # alone: the front reads it before it has a channel of its own
         channel.send(("serving", self.serving))
         watcher = asyncio.ensure_future(self._watch(front, channel))
         self._watchers.add(watcher)

@@ -1,6 +1,7 @@
 """What crosses a front's channel to the model host: requests, answers, errors, tensors.
 
-Messages are marshal'd tuples, one per SOCK_SEQPACKET send (no framing). Tensors of a
+Messages are marshal'd tuples, one per SOCK_SEQPACKET send (no framing), or a list of
+them: what one side sends in one turn of its event loop. Tensors of a
 message travel inline while they are small (marshal takes an array's buffer as it is),
 and in one shared-memory arena of their own when they are not: a memfd the sender
 writes and the receiver maps, passed with the message. The receiver's arrays view the
@@ -27,6 +28,7 @@ from __future__ import annotations
 import marshal
 import os
 import socket
+import struct
 from typing import Any
 
 import numpy as np
@@ -56,10 +58,11 @@ def channel_pair() -> tuple[socket.socket, socket.socket]:
     return ends  # type: ignore[return-value]
 
 
-def receive(sock: socket.socket) -> tuple[tuple, Arena | None]:
-    """The next message and the arena that came with it; BlockingIOError when none is
-    waiting, EOFError when the other side is gone."""
-    message, fds = protocol.receive(sock, MAX_MESSAGE_BYTES)
+def receive(sock: socket.socket, buffer: bytearray) -> tuple[tuple, Arena | None]:
+    """The next message (read into `buffer`, MAX_MESSAGE_BYTES long and reused) and the
+    arena that came with it; BlockingIOError when none is waiting, EOFError when the other
+    side is gone."""
+    message, fds = protocol.receive(sock, MAX_MESSAGE_BYTES, buffer)
     if not fds:
         return message, None
     for extra in fds[1:]:
@@ -70,11 +73,24 @@ def receive(sock: socket.socket) -> tuple[tuple, Arena | None]:
     return message, arena
 
 
-def encode(message: tuple) -> bytes:
-    data = marshal.dumps(message)
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise ValueError(f"a {message[0]!r} message of {len(data)} bytes is over the limit")
+class MessageTooLarge(ValueError):
+    pass
+
+
+def encode(message: tuple, limit: int = MAX_MESSAGE_BYTES) -> bytes:
+    # Version 2 has no back-references, so encoded messages concatenate into a list.
+    data = marshal.dumps(message, 2)
+    if len(data) > limit:
+        raise MessageTooLarge(
+            f"a {message[0]!r} message of {len(data)} bytes is over the channel's {limit}"
+        )
     return data
+
+
+def join(blobs: list[bytes]) -> bytes:
+    """One message holding the list of these encoded messages (marshal's list: a type
+    byte, a little-endian count, the elements one after another)."""
+    return b"[" + struct.pack("<i", len(blobs)) + b"".join(blobs)
 
 
 # ---- tensors -----------------------------------------------------------------------

@@ -26,7 +26,7 @@ def trip(message: tuple, arena) -> tuple:
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [arena.fd]))]
             front.sendmsg([data], rights)
             arena.close()
-        return wire.receive(host)
+        return wire.receive(host, bytearray(wire.MAX_MESSAGE_BYTES))
     finally:
         host.close()
         front.close()
