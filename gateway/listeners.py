@@ -56,10 +56,10 @@ def listen(host: str, port: int, what: str, reuse_port: bool = False) -> socket.
 
 
 def check_ports_free(options: Any) -> None:
-    """Raise OSError, naming the port, when the HTTP or gRPC port is taken by a process
-    that does not share it (front processes bind them later, with SO_REUSEPORT)."""
+    """Raise OSError, naming the port, when the HTTP or gRPC port is taken, even by one
+    that shares it (another gateway's fronts): the front processes bind them later."""
     for port, what in ((options.http_port, "HTTP"), (options.grpc_port, "gRPC")):
-        listen(options.host, port, what, reuse_port=True).close()
+        listen(options.host, port, what).close()
 
 
 def uvicorn_server(
@@ -101,6 +101,7 @@ class Listeners:
         self.http: _Uvicorn | None = None
         self._http_socket: socket.socket | None = None
         self._task: asyncio.Task | None = None
+        self._grpc_stopping: asyncio.Future | None = None
 
     def bind(self) -> None:
         options = self.options
@@ -155,9 +156,21 @@ class Listeners:
             self.http.config.timeout_graceful_shutdown = grace_s
             self.http.should_exit = True
 
+    def stop_accepting(self, grace_s: float) -> None:
+        """Close the listening sockets; connections already open are served on (HTTP until
+        stop()), gRPC calls in flight for up to `grace_s`."""
+        if self.http is not None:
+            for server in self.http.servers:
+                server.close()
+        if self.grpc_server is not None:
+            # stop() with a grace refuses new calls at once and lets calls in flight end.
+            self._grpc_stopping = asyncio.ensure_future(self.grpc_server.stop(grace=grace_s))
+
     async def stop(self, grace_s: float) -> None:
         self.close_http(grace_s)
-        if self.grpc_server is not None:
+        if self._grpc_stopping is not None:
+            await self._grpc_stopping
+        elif self.grpc_server is not None:
             # Requests are answered by now; what is left is streams held open by clients.
             await self.grpc_server.stop(grace=min(grace_s, 1.0))
         if self._task is not None:

@@ -2,8 +2,9 @@
 through a bounded outbox.
 
 Reads take every message waiting at once (one wake-up for many), and sends go straight
-to the socket until it is full; then they queue, up to MAX_OUTBOX, and the loop sends
-them when it can. A channel past that bound, or whose other end is gone, is closed.
+to the socket until it is full; then they queue, up to MAX_OUTBOX_BYTES and
+MAX_OUTBOX_ARENAS, and the loop sends them when it can. A channel past that bound, or
+whose other end is gone, is closed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from workers.arena import Arena
 
 log = logging.getLogger(__name__)
 
-MAX_OUTBOX = 65536  # messages queued behind a full socket before the channel gives up
+# Queued behind a full socket, past these the peer is taken for stuck and the channel
+# closes: bytes of messages, and arenas (each holds a descriptor and a memfd).
+MAX_OUTBOX_BYTES = 64 * 1024 * 1024
+MAX_OUTBOX_ARENAS = 64
 
 OnMessage = Callable[[tuple, Arena | None], None]
 
@@ -42,6 +46,8 @@ class Channel:
         sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         self.limit = min(wire.MAX_MESSAGE_BYTES, sndbuf - 4096)
         self._outbox: collections.deque[tuple[bytes, int | None]] = collections.deque()
+        self._outbox_bytes = 0
+        self._outbox_arenas = 0
         self._pending: list[bytes] = []  # this turn's messages, marshal'd
         self._pending_bytes = 0
         self._loop = asyncio.get_running_loop()
@@ -58,7 +64,7 @@ class Channel:
             return
         try:
             blob = wire.encode(message, self.limit)
-        except wire.MessageTooLarge:
+        except Exception:  # too large, or not marshal-able: the arena goes with it
             if arena is not None:
                 arena.close()
             raise
@@ -98,8 +104,14 @@ class Channel:
             arena.close()
 
     def _queue(self, data: bytes, fd: int | None, arena: Arena | None) -> None:
-        if len(self._outbox) >= MAX_OUTBOX:
-            log.error("a front channel has %d messages queued; closing it", MAX_OUTBOX)
+        arenas = self._outbox_arenas + (arena is not None)
+        if self._outbox_bytes + len(data) > MAX_OUTBOX_BYTES or arenas > MAX_OUTBOX_ARENAS:
+            log.error(
+                "a front channel has %d bytes and %d arenas queued for a peer that does not "
+                "read them; closing it", self._outbox_bytes, self._outbox_arenas,
+            )  # fmt: skip
+            if arena is not None:
+                arena.close()
             self.close()
             return
         if arena is not None:  # the descriptor must outlive the arena's close
@@ -107,6 +119,8 @@ class Channel:
             arena.fd = -1
             arena.close()
         self._outbox.append((data, fd))
+        self._outbox_bytes += len(data)
+        self._outbox_arenas = arenas
 
     def _send(self, data: bytes, fd: int | None) -> None:
         if fd is None:
@@ -126,8 +140,10 @@ class Channel:
                 self.close()
                 return
             self._outbox.popleft()
+            self._outbox_bytes -= len(data)
             if fd is not None:
                 os.close(fd)
+                self._outbox_arenas -= 1
         self._loop.remove_writer(self.sock.fileno())
 
     def _readable(self) -> None:

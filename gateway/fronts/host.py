@@ -42,19 +42,23 @@ class FrontLink:
         self.channel: Channel | None = None
         self.requests = 0  # inference requests this front has sent, over its restarts
         self._gone: set[int] = set()  # calls whose callers went away
+        self._active: set[int] = set()  # calls not answered yet
         self._tasks: set[asyncio.Task] = set()
 
     def attach(self, channel: Channel) -> None:
         self.channel = channel
         self._gone = set()  # a new front numbers its calls from 0 again
+        self._active = set()
 
     def on_message(self, message: tuple, arena: Arena | None) -> None:
         kind = message[0]
         if kind == "infer":
             self.requests += 1
+            self._active.add(message[1])
             self._spawn(self._infer(message, arena))
         elif kind == "cancel":
-            self._gone.add(message[1])
+            if message[1] in self._active:  # else its answer has crossed the cancel
+                self._gone.add(message[1])
         elif kind == "call":
             self._spawn(self._call(message))
         else:
@@ -67,8 +71,10 @@ class FrontLink:
 
     async def _infer(self, message: tuple, arena: Arena | None) -> None:
         call = message[1]
-        channel, gone = self.channel, self._gone
+        channel, gone, active = self.channel, self._gone, self._active
         try:
+            # The host's own loop may be the one running late (--shed-lag-ms).
+            self.core.shedder.check()
             request = wire.request_of(message, arena)
             request.client_gone = functools.partial(operator.contains, gone, call)
             response = await self.core.infer(request)
@@ -81,8 +87,11 @@ class FrontLink:
             reply, reply_arena = wire.error_message(call, failure), None
         finally:
             gone.discard(call)
+            active.discard(call)
         if channel is not None:
             self._reply(channel, call, reply, reply_arena)
+        elif reply_arena is not None:
+            reply_arena.close()
 
     async def _call(self, message: tuple) -> None:
         _, call, method, arguments = message
@@ -95,14 +104,17 @@ class FrontLink:
                 result = await result
             if method == "model_config":
                 result = result.SerializeToString()
-            reply = ("result", call, pickle.dumps(result))
+            limit = channel.limit if channel is not None else wire.MAX_MESSAGE_BYTES
+            reply, arena = wire.result_message(call, pickle.dumps(result), limit)
         except GatewayError as exc:
-            reply = wire.error_message(call, exc)
+            reply, arena = wire.error_message(call, exc), None
         except Exception as exc:  # noqa: BLE001
             log.exception("call %s from front %d failed", method, self.index)
-            reply = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
+            reply, arena = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}")), None
         if channel is not None:
-            self._reply(channel, call, reply)
+            self._reply(channel, call, reply, arena)
+        elif arena is not None:
+            arena.close()
 
     def _reply(self, channel: Channel, call: int, reply: tuple, arena: Arena | None = None):
         try:

@@ -60,7 +60,8 @@ async def serve(fd: int) -> int:
         raise SystemExit(f"front: the host's first message was {kind!r}, not hello")
     options = pickle.loads(pickled)
     core = RemoteCore(metadata, options.admin_token, options.shed_lag_ms)
-    stop = asyncio.Event()
+    stop = asyncio.Event()  # the host says stop (the whole server drains)
+    alone = asyncio.Event()  # a signal to this front only, as far as it knows
     drain_s = options.drain_seconds
     listeners = Listeners(core, options, reuse_port=True)
 
@@ -81,7 +82,7 @@ async def serve(fd: int) -> int:
     core.channel = Channel(sock, core.on_message, host_gone)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, alone.set)
     context = options.tls.ssl_context() if options.tls else None
     listeners.bind()
     await listeners.start(context)
@@ -89,10 +90,17 @@ async def serve(fd: int) -> int:
     await listeners.set_serving(core.ready())
     log.debug("front %d serving HTTP %s:%d and gRPC %s", index, options.host,
               options.http_port, listeners.grpc_address)  # fmt: skip
-    await stop.wait()
+    await asyncio.wait(
+        [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(alone.wait())],
+        return_when=asyncio.FIRST_COMPLETED,
+    )
     # Drain: unready and refusing at once; the host answers what is in flight.
     core.stopping = True
     await listeners.set_serving(False)
+    if not stop.is_set():
+        # Stopping alone, this front stops listening at once, so that new connections
+        # go to the other fronts rather than get 503s here.
+        listeners.stop_accepting(drain_s)
     if not core.channel.closed and not await core.in_flight.wait_idle(drain_s):
         log.warning("front %d: %d request(s) still in flight after the drain",
                     index, core.in_flight.count)  # fmt: skip

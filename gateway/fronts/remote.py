@@ -14,7 +14,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from accel_base.errors import PayloadTooLarge, Unavailable
+from accel_base.errors import Internal, PayloadTooLarge, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.drain import InFlight
 from gateway.fronts import wire
@@ -60,12 +60,15 @@ class RemoteCore(SharedMemoryCalls):
             waiter = self._waiting.pop(message[1], None)
             if waiter is None or waiter.done():
                 return  # its caller went away
-            if kind == "answer":
-                waiter.set_result(wire.response_of(message, arena))
-            elif kind == "result":
-                waiter.set_result(pickle.loads(message[2]))
-            else:
-                waiter.set_exception(wire.error_of(message))
+            try:
+                if kind == "answer":
+                    waiter.set_result(wire.response_of(message, arena))
+                elif kind == "result":
+                    waiter.set_result(pickle.loads(wire.result_bytes(message, arena)))
+                else:
+                    waiter.set_exception(wire.error_of(message))
+            except Exception as exc:  # a reply it cannot read still ends the wait
+                waiter.set_exception(Internal(f"unreadable answer from the model host: {exc}"))
         elif self.on_control is not None:
             self.on_control(message)
 
@@ -83,12 +86,16 @@ class RemoteCore(SharedMemoryCalls):
             if arena is not None:
                 arena.close()
             raise Unavailable("the gateway's model host has stopped")
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[call] = waiter
         try:
             channel.send(message, arena)
         except wire.MessageTooLarge as exc:
+            del self._waiting[call]
             raise PayloadTooLarge(f"the request is too large for the model host: {exc}") from None
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting[call] = waiter
+        if channel.closed:  # the send found the host gone (host_gone has run)
+            self._waiting.pop(call, None)
+            raise Unavailable("the gateway's model host has stopped")
         try:
             return await waiter
         except asyncio.CancelledError:

@@ -73,6 +73,9 @@ class FrontSupervisor:
         ]  # fmt: skip
         try:
             front.process = subprocess.Popen(command, pass_fds=[front_end.fileno()])
+        except OSError:
+            host_end.close()
+            raise
         finally:
             front_end.close()
         front.started = time.monotonic()
@@ -107,11 +110,18 @@ class FrontSupervisor:
             "front %d exited with %s after %.1f s; starting it again in %.1f s",
             front.link.index, code, ran_s, front.backoff_s,
         )  # fmt: skip
-        await asyncio.sleep(front.backoff_s)
-        front.backoff_s = min(front.backoff_s * 2, MAX_BACKOFF_S)
-        if not self.stopping:
+        while not self.stopping:
+            await asyncio.sleep(front.backoff_s)
+            front.backoff_s = min(front.backoff_s * 2, MAX_BACKOFF_S)
+            if self.stopping:
+                return
+            try:
+                self._launch(front)
+            except OSError as exc:  # out of processes or descriptors: try again later
+                log.error("front %d could not start: %s", front.link.index, exc)
+                continue
             front.restarts += 1
-            self._launch(front)
+            return
 
     def set_serving(self, serving: bool) -> None:
         self.serving = serving

@@ -15,7 +15,7 @@ Front -> host:
 Host -> front:
     ("answer", call, model, version, id, parameters, outputs)
     ("error", call, error class name, message, retry after seconds or None)
-    ("result", call, pickled result)
+    ("result", call, pickled result, or its offset and length in the arena)
     ("hello", front index, pickled options, server metadata)   the first message
     ("serving", bool)                readiness of the host's models
     ("stop", drain seconds)          drain and exit
@@ -171,8 +171,23 @@ def request_of(message: tuple, arena: Arena | None) -> InferRequest:
         [RequestedOutput(name, params) for name, params in outputs], None, deadline,
     )  # fmt: skip
     if headers:
-        request.header = dict(headers).get
+        request.header = _Headers(headers)
     return request
+
+
+class _Headers:
+    """The front's headers (or gRPC metadata) as InferRequest.header: by lower-case name,
+    the first value of a repeated one, as the front itself looks them up."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self.values: dict[str, str] = {}
+        for name, value in pairs:
+            self.values.setdefault(name.lower(), value)
+
+    def __call__(self, name: str) -> str | None:
+        return self.values.get(name.lower())
 
 
 def answer_message(call: int, response: InferResponse) -> tuple[tuple, Arena | None]:
@@ -189,19 +204,44 @@ def response_of(message: tuple, arena: Arena | None) -> InferResponse:
     return InferResponse(model, version, id_, parameters, unpack_tensors(outputs, arena))
 
 
+def result_message(call: int, result: bytes, limit: int) -> tuple[tuple, Arena | None]:
+    """A call's pickled result: inline, or in an arena when the channel cannot carry it
+    (a large repository's statistics or index)."""
+    if len(result) <= limit - 1024:
+        return ("result", call, result), None
+    arena = Arena(grown_size(len(result)), name="accel-gateway-front")
+    arena.buffer[: len(result)] = result
+    return ("result", call, (0, len(result))), arena
+
+
+def result_bytes(message: tuple, arena: Arena | None) -> bytes:
+    payload = message[2]
+    if isinstance(payload, bytes):
+        return payload
+    if arena is None:
+        raise ValueError("a result is in an arena that did not come")
+    offset, nbytes = payload
+    return arena.buffer[offset : offset + nbytes]
+
+
 def error_message(call: int, exc: errors.GatewayError) -> tuple:
-    return ("error", call, type(exc).__name__, exc.message, exc.retry_after_s)
+    # Named by its nearest class that the base defines (Overloaded: Unavailable), which the
+    # front can make; the statuses and Retry-After are its own.
+    kind = next(c.__name__ for c in type(exc).__mro__ if c.__module__ == errors.__name__)
+    return (
+        "error", call, kind, exc.message, exc.retry_after_s, exc.http_status, exc.grpc_status,
+    )  # fmt: skip
 
 
 def error_of(message: tuple) -> errors.GatewayError:
-    """The host's error as the front raises it: the same class where it is one of the
-    base's (Overloaded is an Unavailable that keeps its Retry-After), else Internal."""
-    _, _, kind, text, retry_after_s = message
+    """The host's error as the front raises it: its class, or its nearest class in the
+    base, with the host's statuses and Retry-After."""
+    _, _, kind, text, retry_after_s, http_status, grpc_status = message
     cls = getattr(errors, kind, None)
-    if kind == "Overloaded":
-        cls = errors.Unavailable
     if not (isinstance(cls, type) and issubclass(cls, errors.GatewayError)):
-        cls = errors.Internal
+        cls = errors.GatewayError
     exc = cls(text)
     exc.retry_after_s = retry_after_s
+    exc.http_status = http_status
+    exc.grpc_status = grpc_status
     return exc

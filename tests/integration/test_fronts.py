@@ -156,3 +156,43 @@ def test_workers_refuse_shared_memory_and_port_zero(tmp_path):
     assert run.returncode == 2 and "--allow-shared-memory needs --workers 1" in run.stderr
     run = subprocess.run([*base, "--http-port", "0"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "fixed HTTP and gRPC ports" in run.stderr
+
+
+def test_a_front_stopped_alone_drains_while_the_other_takes_new_connections(two_fronts):
+    server, _ = two_fronts
+    results: list = []
+
+    def one(i: int) -> None:
+        try:
+            results.append(infer_http(server.http_url, np.full((1, 784), i, np.float32)))
+        except Exception as exc:  # counted below; none expected
+            results.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(BATCH - 1)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(front_requests_nonzero(server)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    while sum(front_requests(server).values()) < BATCH - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # 15 rows wait in the window, sent through both fronts
+    victim = front_pids(server)[0]
+    os.kill(victim, signal.SIGTERM)
+    time.sleep(0.5)  # it has closed its listeners; its 15-row share still waits
+    simple_input = np.arange(16, dtype=np.int32).reshape(1, 16)
+    for _ in range(20):  # every new connection reaches the other front
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(simple_input)
+        assert client.infer("simple", inputs).as_numpy("OUTPUT0").shape == (1, 16)
+        client.close()
+    infer_http(server.http_url, np.zeros((1, 784), np.float32))  # the 16th row: the batch runs
+    for thread in threads:
+        thread.join(30)
+    assert all(isinstance(r, np.ndarray) for r in results), results
+    assert len(results) == BATCH - 1
+
+
+def front_requests_nonzero(server) -> list[str]:
+    return [front for front, count in front_requests(server).items() if count]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accel_base.errors import Internal, InvalidArgument, Unavailable
+from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.fronts import wire
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.scheduling.admission import Overloaded
@@ -85,5 +85,17 @@ def test_answers_and_errors():
     assert isinstance(refused, Unavailable) and refused.retry_after_s == 2
     bad = wire.error_of(trip(wire.error_message(3, InvalidArgument("shape")), None)[0])
     assert type(bad) is InvalidArgument and bad.message == "shape" and bad.http_status == 400
-    unknown = wire.error_of(("error", 3, "SomethingElse", "boom", None))
-    assert type(unknown) is Internal
+    # A class the base does not have keeps its statuses (on-demand's NoRoom: 503 and
+    # RESOURCE_EXHAUSTED), as a GatewayError.
+    unknown = wire.error_of(("error", 3, "NoRoom", "full", None, 503, "RESOURCE_EXHAUSTED"))
+    assert type(unknown) is GatewayError and unknown.message == "full"
+    assert (unknown.http_status, unknown.grpc_status) == (503, "RESOURCE_EXHAUSTED")
+
+
+def test_a_large_result_travels_in_an_arena():
+    small, arena = wire.result_message(1, b"x" * 10, 4096)
+    assert arena is None and wire.result_bytes(small, None) == b"x" * 10
+    big, arena = wire.result_message(2, b"y" * 10_000, 4096)
+    assert arena is not None
+    received, mapped = trip(big, arena)
+    assert wire.result_bytes(received, mapped) == b"y" * 10_000
