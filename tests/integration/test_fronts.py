@@ -57,6 +57,26 @@ def infer_http(url: str, data: np.ndarray, model: str = "mlp") -> np.ndarray:
         client.close()
 
 
+def hold_in_window(server) -> tuple[list[threading.Thread], list]:
+    """15 one-row requests, each on its own connection, waiting in mlp's batch window (a
+    row short of a batch) once this returns; their outputs or errors go to the list."""
+    results: list = []
+
+    def one(i: int) -> None:
+        try:
+            results.append(infer_http(server.http_url, np.full((1, 784), i, np.float32)))
+        except Exception as exc:  # counted by the caller; none expected
+            results.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(BATCH - 1)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while sum(front_requests(server).values()) < BATCH - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return threads, results
+
+
 @pytest.fixture
 def two_fronts(tmp_path, server_factory):
     repository = tmp_path / "repository"
@@ -123,20 +143,7 @@ def test_a_front_that_dies_is_restarted_without_touching_the_models(two_fronts):
 
 def test_sigterm_drains_every_front(two_fronts):
     server, _ = two_fronts
-    results: list = []
-
-    def one(i: int) -> None:
-        try:
-            results.append(infer_http(server.http_url, np.full((1, 784), i, np.float32)))
-        except Exception as exc:  # counted below; none expected
-            results.append(exc)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(BATCH - 1)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while sum(front_requests(server).values()) < BATCH - 1 and time.monotonic() < deadline:
-        time.sleep(0.05)  # all 15 wait in the batch window (one row short of a batch)
+    threads, results = hold_in_window(server)
     fronts = front_pids(server)
     server.process.send_signal(signal.SIGTERM)
     for thread in threads:
@@ -160,22 +167,7 @@ def test_workers_refuse_shared_memory_and_port_zero(tmp_path):
 
 def test_a_front_stopped_alone_drains_while_the_other_takes_new_connections(two_fronts):
     server, _ = two_fronts
-    results: list = []
-
-    def one(i: int) -> None:
-        try:
-            results.append(infer_http(server.http_url, np.full((1, 784), i, np.float32)))
-        except Exception as exc:  # counted below; none expected
-            results.append(exc)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(BATCH - 1)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while len(front_requests_nonzero(server)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    while sum(front_requests(server).values()) < BATCH - 1 and time.monotonic() < deadline:
-        time.sleep(0.05)  # 15 rows wait in the window, sent through both fronts
+    threads, results = hold_in_window(server)
     victim = front_pids(server)[0]
     os.kill(victim, signal.SIGTERM)
     time.sleep(0.5)  # it has closed its listeners; its 15-row share still waits
@@ -194,5 +186,3 @@ def test_a_front_stopped_alone_drains_while_the_other_takes_new_connections(two_
     assert len(results) == BATCH - 1
 
 
-def front_requests_nonzero(server) -> list[str]:
-    return [front for front, count in front_requests(server).items() if count]
