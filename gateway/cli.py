@@ -197,6 +197,9 @@ def _default_repository() -> Path:
     return ensure_example_repository(log=lambda line: print(line, file=sys.stderr, flush=True))
 
 
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -228,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)
         return 2
     options = _options(args, repository, tls)
+    # Instance threads hand batches back to the event loop's thread: with Python's 5 ms
+    # default, a thread that wants the GIL back may wait that long behind a busy loop.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(Gateway(options).run())
