@@ -151,9 +151,11 @@ def test_a_lone_client_does_not_wait_the_batch_window(repository_copy, server_fa
         stats = client.get_inference_statistics("mlp")["model_stats"][0]
         return int(stats["inference_stats"]["queue"]["ns"])
 
+    for _ in range(10):  # the first runs pay for ONNX Runtime's first use of a shape
+        client.infer("mlp", [tensor])
     waits = []
     before = queue_ns()
-    for _ in range(200):
+    for _ in range(400):
         client.infer("mlp", [tensor])
         after = queue_ns()
         waits.append(after - before)
