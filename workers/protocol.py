@@ -102,6 +102,14 @@ def receive(
 # ---- tensors in an arena --------------------------------------------------------------
 
 
+def tensor_payload(tensor: np.ndarray) -> tuple[str, Any]:
+    """(the descriptor's dtype field, the tensor's bytes as a flat uint8 view, without a
+    copy when it is contiguous; BYTES in their wire form)."""
+    if tensor.dtype.hasobject:
+        return BYTES, serialize_bytes(tensor)
+    return tensor.dtype.str, np.ascontiguousarray(tensor).reshape(-1).view(np.uint8)
+
+
 def write_tensors(
     buffer: Any, arrays: dict[str, np.ndarray], start: int, limit: int
 ) -> tuple[list[Descriptor], int] | int:
@@ -110,14 +118,9 @@ def write_tensors(
     payloads: list[tuple[str, str, tuple[int, ...], Any, int]] = []
     offset = aligned(start)
     for name, tensor in arrays.items():
-        if tensor.dtype.hasobject:
-            data: Any = serialize_bytes(tensor)
-            dtype, nbytes = BYTES, len(data)
-        else:  # bytes of the array, without a copy when it is contiguous (and empty is fine)
-            data = np.ascontiguousarray(tensor).reshape(-1).view(np.uint8)
-            dtype, nbytes = tensor.dtype.str, tensor.nbytes
+        dtype, data = tensor_payload(tensor)  # (an empty array is fine)
         payloads.append((name, dtype, tensor.shape, data, offset))
-        offset = aligned(offset + nbytes)
+        offset = aligned(offset + len(data))
     if offset > limit:
         return offset - start
     descriptors: list[Descriptor] = []
@@ -133,19 +136,23 @@ def read_tensors(
 ) -> dict[str, np.ndarray]:
     """Arrays for the descriptors, whose offsets count from `base` in `buffer`: views into
     it (BYTES are parsed into objects)."""
-    arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, nbytes in descriptors:
-        if dtype == BYTES:
-            view = memoryview(buffer)[offset - base : offset - base + nbytes]
-            arrays[name] = deserialize_bytes(view, element_count(shape), name).reshape(shape)
-            continue
-        kind = _DTYPES.get(dtype) or _DTYPES.setdefault(dtype, np.dtype(dtype))
-        if nbytes == 0:  # frombuffer refuses an offset at the very end of the buffer
-            arrays[name] = np.empty(shape, kind)
-        else:
-            count = nbytes // kind.itemsize
-            arrays[name] = np.frombuffer(buffer, kind, count, offset - base).reshape(shape)
-    return arrays
+    return {
+        name: read_tensor(buffer, name, dtype, shape, offset - base, nbytes)
+        for name, dtype, shape, offset, nbytes in descriptors
+    }
+
+
+def read_tensor(
+    buffer: Any, name: str, dtype: str, shape: tuple[int, ...], offset: int, nbytes: int
+) -> np.ndarray:
+    """The array of buffer[offset:offset + nbytes]: a view (BYTES parsed into objects)."""
+    if dtype == BYTES:
+        view = memoryview(buffer)[offset : offset + nbytes]
+        return deserialize_bytes(view, element_count(shape), name).reshape(shape)
+    kind = _DTYPES.get(dtype) or _DTYPES.setdefault(dtype, np.dtype(dtype))
+    if nbytes == 0:  # frombuffer refuses an offset at the very end of the buffer
+        return np.empty(shape, kind)
+    return np.frombuffer(buffer, kind, nbytes // kind.itemsize, offset).reshape(shape)
 
 
 _DTYPES: dict[str, np.dtype] = {}  # parsed once: np.dtype(str) costs a microsecond a batch

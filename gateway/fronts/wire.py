@@ -29,12 +29,8 @@ import marshal
 import os
 import socket
 import struct
-from typing import Any
-
-import numpy as np
 
 from accel_base import errors
-from accel_base.datatypes import deserialize_bytes, element_count, serialize_bytes
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from workers import protocol
 from workers.arena import Arena, aligned, grown_size
@@ -43,9 +39,6 @@ from workers.arena import Arena, aligned, grown_size
 INLINE_BYTES = 64 * 1024
 # A message (inline tensors, metadata, a model config) is at most this long.
 MAX_MESSAGE_BYTES = 1 << 20
-BYTES = "BYTES"
-
-_DTYPES: dict[str, np.dtype] = {}
 
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:
@@ -99,34 +92,23 @@ def join(blobs: list[bytes]) -> bytes:
 def pack_tensors(tensors: list[Tensor]) -> tuple[list[tuple], Arena | None]:
     """Wire tuples for `tensors`, and the arena that holds their bytes when they are too
     many to go inline (the caller sends its descriptor, then closes it)."""
-    payloads: list[Any] = []
-    total = 0
-    for tensor in tensors:
-        data = tensor.data
-        if data.dtype.hasobject:
-            payload: Any = serialize_bytes(data)
-            dtype = BYTES
-        else:
-            payload = data if data.flags.c_contiguous else np.ascontiguousarray(data)
-            dtype = data.dtype.str
-        payloads.append((dtype, payload))
-        total += len(payload) if dtype == BYTES else payload.nbytes
+    payloads = [protocol.tensor_payload(t.data) for t in tensors]
+    total = sum(len(data) for _, data in payloads)
     if total <= INLINE_BYTES:
         return [
-            (t.name, t.datatype, dtype, t.data.shape, t.parameters, payload)
-            for t, (dtype, payload) in zip(tensors, payloads, strict=True)
+            (t.name, t.datatype, dtype, t.data.shape, t.parameters, data)
+            for t, (dtype, data) in zip(tensors, payloads, strict=True)
         ], None
     arena = Arena(grown_size(total + 64 * len(tensors)), name="accel-gateway-front")
     packed, offset = [], 0
-    for tensor, (dtype, payload) in zip(tensors, payloads, strict=True):
-        raw = memoryview(payload).cast("B") if dtype != BYTES else payload
+    for tensor, (dtype, data) in zip(tensors, payloads, strict=True):
         offset = aligned(offset)
-        arena.buffer[offset : offset + len(raw)] = raw
+        arena.buffer[offset : offset + len(data)] = data
         packed.append(
             (tensor.name, tensor.datatype, dtype, tensor.data.shape, tensor.parameters,
-             (offset, len(raw)))
+             (offset, len(data)))
         )  # fmt: skip
-        offset += len(raw)
+        offset += len(data)
     return packed, arena
 
 
@@ -136,15 +118,10 @@ def unpack_tensors(packed: list[tuple], arena: Arena | None) -> list[Tensor]:
         if isinstance(payload, tuple):
             if arena is None:
                 raise ValueError(f"tensor '{name}' is in an arena that did not come")
-            offset, nbytes = payload
-            raw: Any = memoryview(arena.buffer)[offset : offset + nbytes]
+            buffer, (offset, nbytes) = arena.buffer, payload
         else:
-            raw = payload
-        if dtype == BYTES:
-            data = deserialize_bytes(raw, element_count(shape), name).reshape(shape)
-        else:
-            kind = _DTYPES.get(dtype) or _DTYPES.setdefault(dtype, np.dtype(dtype))
-            data = np.frombuffer(raw, kind).reshape(shape) if len(raw) else np.empty(shape, kind)
+            buffer, offset, nbytes = payload, 0, len(payload)
+        data = protocol.read_tensor(buffer, name, dtype, shape, offset, nbytes)
         tensors.append(Tensor(name, datatype, data, parameters))
     return tensors
 
