@@ -141,17 +141,18 @@ class ModelRepository:
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The READY model version a request asks for ('' means the latest ready one)."""
-        _check_version(version)
         entry = self.models.get(name)
+        if version == "" and entry is not None and len(entry.versions) == 1:
+            # The common case first, without checks or sorting: one version, ready.
+            (state,) = entry.versions.values()
+            if state.state == "READY":
+                return state.model  # type: ignore[return-value]
+        _check_version(version)
         if entry is None or not entry.versions:
             if self.control_mode == "on-demand" and self.exists(name):
                 raise Unavailable(f"model '{name}' is not loaded; it loads on its first request")
             raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
         if version == "":
-            if len(entry.versions) == 1:  # the common case, without sorting
-                (state,) = entry.versions.values()
-                if state.state == "READY":
-                    return state.model  # type: ignore[return-value]
             ready = entry.ready_versions()
             if not ready:
                 states = ", ".join(

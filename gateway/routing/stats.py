@@ -21,6 +21,18 @@ class VariantStats:
     requests: int = 0
     failures: int = 0
     latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+    success_ns: int = 0  # the answered requests' durations, summed
+    failure_ns: int = 0  # the failed ones'
+
+    def record_success(self, elapsed_ns: int) -> None:
+        self.requests += 1
+        self.success_ns += elapsed_ns
+        self.latency.observe(elapsed_ns * 1e-9)
+
+    def record_failure(self, elapsed_ns: int) -> None:
+        self.requests += 1
+        self.failures += 1
+        self.failure_ns += elapsed_ns
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import time
 
 import numpy as np
 from google.protobuf import text_format
@@ -37,13 +39,49 @@ def test_the_forwarded_request_keeps_every_field_but_the_model():
         [Tensor("x", "FP32", np.zeros((1, 2), np.float32))], [RequestedOutput("y")],
         client_gone=lambda: False, deadline=12.5, header=lambda key: None,
     )  # fmt: skip
+    sent = {field.name: getattr(request, field.name) for field in dataclasses.fields(request)}
     response = asyncio.run(router.infer(request))
     (forwarded,) = variant.seen
-    for field in dataclasses.fields(InferRequest):
-        expected = {"model_name": "v", "model_version": "2"}.get(field.name)
-        value = getattr(forwarded, field.name)
-        assert value == (expected if expected else getattr(request, field.name)), field.name
+    for name, value in sent.items():
+        expected = {"model_name": "v", "model_version": "2"}.get(name, value)
+        assert getattr(forwarded, name) == expected, name
     assert response.model_name == "r" and response.parameters[VARIANT_PARAMETER] == "v"
+
+
+class Failing:
+    async def infer(self, request: InferRequest) -> InferResponse:
+        raise Unavailable("the variant is down")
+
+
+def test_the_routers_own_statistics_are_its_variants_summed():
+    variants = {"v": Recorder(), "w": Recorder(), "down": Failing()}
+
+    async def resolve(model: str, version: str) -> object:
+        return variants[model]
+
+    config = text_format.Parse('name: "r" platform: "router"', mc.ModelConfig())
+    routes = [Route("v", "", 1.0), Route("w", "", 1.0), Route("down", "", 1.0)]
+    router = RouterModel(config, 3, routes, [], resolve)
+    assert router.stats.success.count == 0 and router.stats.last_inference_ms == 0
+
+    async def send(count: int) -> None:
+        for _ in range(count):
+            request = InferRequest("r", inputs=[Tensor("x", "FP32", np.zeros((1, 2), np.float32))])
+            with contextlib.suppress(Unavailable):
+                await router.infer(request)
+
+    before_ms = time.time() * 1000
+    asyncio.run(send(30))
+    stats = router.stats
+    assert (stats.name, stats.version) == ("r", "3")
+    assert stats.success.count == 20 and stats.fail.count == 10
+    assert stats.failure_reasons == {"OTHER": 10}
+    rows = {r["model"]: r for r in router.variants()["variants"]}
+    assert stats.success.ns == sum(router.variant_stats[route].success_ns for route in routes) > 0
+    assert rows["down"]["failures"] == rows["down"]["requests"] == 10
+    assert rows["v"]["latency_s"]["count"] == 10
+    assert before_ms - 5 <= stats.last_inference_ms <= time.time() * 1000 + 5
+    assert stats.execution_count == 0
 
 
 def test_a_variant_not_ready_now_is_resolved_and_a_ready_one_looked_up():
