@@ -71,9 +71,6 @@ class RouterModel:
     def unavailable_reason(self) -> str | None:
         return None  # each request finds out whether its variant is ready
 
-    def choose(self, request: InferRequest) -> Route:
-        return self.table.choose(self._sticky_value(request))
-
     @property
     def stats(self) -> ModelStatistics:
         """The statistics extension's counters for the router itself: its variants'

@@ -48,8 +48,6 @@ class RouteTable:
         self._count = 0
 
     def choose(self, key: str | None = None) -> Route:
-        if len(self.routes) == 1:
-            return self.routes[0]
         if key is None:
             self._count += 1
             point = (self._count * GOLDEN) % 1.0
