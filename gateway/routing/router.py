@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from accel_base.errors import GatewayError
+from accel_base.errors import GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
 from gateway.model import model_metadata
@@ -24,6 +24,10 @@ VARIANT_HEADER = b"accel-variant"
 
 Resolve = Callable[[str, str], Awaitable[Any]]  # (model, version) -> a ready model
 Lookup = Callable[[str, str], Any]  # the same when it is ready now, else GatewayError
+
+
+def _never_ready(model: str, version: str) -> Any:
+    raise Unavailable(f"model '{model}' is resolved on each request")
 
 
 class RouterModel:
@@ -46,10 +50,10 @@ class RouterModel:
         self.name = config.name
         self.version = version
         self._version_text = str(version)
-        self.last_used = time.monotonic()
+        self._loaded_ns = time.monotonic_ns()
         self.footprints: list[Any] = []
         self.resolve = resolve
-        self.lookup = lookup
+        self.lookup = lookup or _never_ready
         self.routes = routes
         self.table = RouteTable(routes)
         # One route needs no choice; the common A/B with no shadow takes no copies.
@@ -66,6 +70,16 @@ class RouterModel:
     def pending(self) -> int:
         """Requests routed and not yet answered (unload waits for them)."""
         return self._pending
+
+    @property
+    def last_used(self) -> float:
+        """time.monotonic() of the latest routed request (or of the load), for eviction."""
+        latest = max((s.last_ns for s in self.variant_stats.values()), default=0)
+        return max(latest, self._loaded_ns) / 1e9
+
+    @last_used.setter
+    def last_used(self, value: float) -> None:
+        self._loaded_ns = int(value * 1e9)
 
     @property
     def unavailable_reason(self) -> str | None:
@@ -99,7 +113,6 @@ class RouterModel:
     async def infer(self, request: InferRequest) -> InferResponse:
         # Every step here is paid by every routed request: the figures in the comments
         # are what the alternatives cost on one core (benchmarks.routing, issue 14).
-        self.last_used = time.monotonic()
         route = self.table.choose(self._sticky_value(request)) if self._choosing else self._only
         stats = self.variant_stats[route]
         copies = self.shadows.take(request) if self._shadowing else None
@@ -108,15 +121,16 @@ class RouterModel:
         request.model_name = route.model
         request.model_version = route.version
         self._pending += 1
-        start = time.perf_counter_ns()
+        start = time.monotonic_ns()  # also the router's last use: one clock read
         response = None
         try:
-            model = self._ready(route)
-            if model is None:
+            try:
+                model = self.lookup(route.model, route.version)
+            except GatewayError:  # not ready now: resolve says why, or loads it
                 model = await self.resolve(route.model, route.version)
             response = await model.infer(request)
         except GatewayError:
-            stats.record_failure(time.perf_counter_ns() - start)
+            stats.record_failure(start, time.monotonic_ns())
             raise
         finally:
             self._pending -= 1
@@ -124,21 +138,11 @@ class RouterModel:
                 self.shadows.send(copies, response)
         # The router's own statistics are summed from its variants' when asked for
         # (`stats`): a second record per request cost 0.2 us.
-        stats.record_success(time.perf_counter_ns() - start)
+        stats.record_success(start, time.monotonic_ns())
         response.parameters[VARIANT_PARAMETER] = route.model
         response.model_name = self.name
         response.model_version = self._version_text
         return response
-
-    def _ready(self, route: Route) -> Any:
-        """The variant's model if it is ready now, else None (resolve then says why, or
-        loads it on demand)."""
-        if self.lookup is None:
-            return None
-        try:
-            return self.lookup(route.model, route.version)
-        except GatewayError:
-            return None
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
         return model_metadata(self.config, versions)

@@ -90,18 +90,17 @@ class Shadows:
         self, shadow: Shadow, request: InferRequest, primary: InferResponse | None
     ) -> None:
         stats = shadow.stats
-        stats.requests += 1
-        start = time.perf_counter()
+        start = time.monotonic_ns()
         try:
             model = await self.resolve(shadow.model, shadow.version)
             response = await model.infer(request)
         except Exception as exc:  # a shadow's failure is only counted
-            stats.failures += 1
+            stats.record_failure(start, time.monotonic_ns())
             log.debug("shadow copy to '%s' failed: %s", shadow.model, exc)
             return
         finally:
             self.held -= 1
-        stats.latency.observe(time.perf_counter() - start)
+        stats.record_success(start, time.monotonic_ns())
         if primary is not None:
             expected = {t.name: t.data for t in primary.outputs}
             got = {t.name: t.data for t in response.outputs}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,25 +15,44 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
 ERROR_BUCKETS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
+# The same bounds in nanoseconds: a request is counted into its bucket without a float.
+_LATENCY_BOUNDS_NS = tuple(round(bound * 1e9) for bound in LATENCY_BUCKETS)
+
+
 @dataclass(slots=True)
 class VariantStats:
-    """Requests a variant served for its router (primaries), or copies it ran (shadows)."""
+    """Requests a variant served for its router (primaries), or copies it ran (shadows).
+    Recording is paid by every routed request, so it only counts: the histogram is
+    built when asked for."""
 
     requests: int = 0
     failures: int = 0
-    latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     success_ns: int = 0  # the answered requests' durations, summed
     failure_ns: int = 0  # the failed ones'
+    last_ns: int = 0  # time.monotonic_ns() when the latest request started
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
 
-    def record_success(self, elapsed_ns: int) -> None:
+    def record_success(self, start_ns: int, end_ns: int) -> None:
+        """An answered request, from time.monotonic_ns() at its start and end."""
+        elapsed = end_ns - start_ns
         self.requests += 1
-        self.success_ns += elapsed_ns
-        self.latency.observe(elapsed_ns * 1e-9)
+        self.success_ns += elapsed
+        self.last_ns = start_ns
+        self.counts[bisect_left(_LATENCY_BOUNDS_NS, elapsed)] += 1
 
-    def record_failure(self, elapsed_ns: int) -> None:
+    def record_failure(self, start_ns: int, end_ns: int) -> None:
         self.requests += 1
         self.failures += 1
-        self.failure_ns += elapsed_ns
+        self.failure_ns += end_ns - start_ns
+        self.last_ns = start_ns
+
+    @property
+    def latency(self) -> Histogram:
+        """The answered requests' seconds, as a histogram."""
+        histogram = Histogram(LATENCY_BUCKETS)
+        histogram.counts = list(self.counts)
+        histogram.sum = self.success_ns * 1e-9
+        return histogram
 
     def as_dict(self) -> dict[str, Any]:
         return {
