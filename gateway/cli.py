@@ -19,6 +19,7 @@ from gateway.arguments import (
 )
 from gateway.compare import command as compare_command
 from gateway.drain import DEFAULT_DRAIN_SECONDS
+from gateway.grpc.listener import GRPC_SERVERS
 from gateway.limits import ConnectionLimits
 from gateway.listeners import event_loop_factory
 from gateway.placement import options as memory_options
@@ -121,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="front processes serving HTTP and gRPC on the same ports, in front of one set "
         "of models, queues and statistics; 'auto': one per usable core (default 1: this "
         "process serves them itself)",
+    )
+    serve.add_argument(
+        "--grpc-server",
+        choices=GRPC_SERVERS,
+        default="gateway",
+        help="what serves gRPC: 'gateway', the gateway's own HTTP/2 server (about twice "
+        "grpc.aio's calls a second on one core), or 'grpcio', grpc.aio "
+        "(default %(default)s)",
     )
     serve.add_argument(
         "--shed-lag-ms",
@@ -272,6 +281,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),
         workers=args.workers,
+        grpc_server=args.grpc_server,
     )
 
 

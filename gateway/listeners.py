@@ -11,19 +11,13 @@ import socket
 import ssl
 from typing import Any
 
-import grpc
 import uvicorn
 
-from gateway.grpc.acceptors import Acceptors
-from gateway.grpc.service import add_services, set_serving
+from gateway.grpc.listener import GatewayGrpc, GrpcioGrpc
 from gateway.http.app import create_app
 from gateway.http.infer_route import with_infer_route
 from gateway.http.timeouts import timed_protocol
 from gateway.limits import ConnectionLimits
-
-# New ModelInfer calls that gRPC may hand over in one turn of the event loop
-# (gateway/grpc/acceptors.py).
-GRPC_ACCEPTORS = 32
 
 
 def event_loop_factory():
@@ -90,55 +84,34 @@ class Listeners:
     anything starts), `start()`, `set_serving()`, then `stop()`."""
 
     def __init__(self, core: Any, options: Any, reuse_port: bool = False) -> None:
-        """`options`: the server's ServerOptions (host, ports, limits, TLS, body limit)."""
+        """`options`: the server's ServerOptions (host, ports, limits, TLS, body limit,
+        which gRPC server)."""
         self.core = core
         self.options = options
         self.reuse_port = reuse_port
         self.grpc_address = f"{options.host}:{options.grpc_port}"
-        self.grpc_server: grpc.aio.Server | None = None
-        self.health: Any = None
-        self.acceptors: Acceptors | None = None
+        self.grpc: GatewayGrpc | GrpcioGrpc | None = None
         self.http: _Uvicorn | None = None
         self._http_socket: socket.socket | None = None
         self._task: asyncio.Task | None = None
-        self._grpc_stopping: asyncio.Future | None = None
 
     def bind(self) -> None:
         options = self.options
         self._http_socket = listen(options.host, options.http_port, "HTTP", self.reuse_port)
-        limits = options.limits
-        self.grpc_server = grpc.aio.server(
-            # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue. grpc
-            # counts only the calls its own loop accepts; the V2 service counts all of its
-            # own (gateway/grpc/service.py), so this bounds the health service's.
-            maximum_concurrent_rpcs=limits.max_connections,
-            options=[
-                ("grpc.max_receive_message_length", options.max_body_bytes),
-                ("grpc.max_send_message_length", -1),  # the limit is on requests, not answers
-                ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
-                ("grpc.max_connection_idle_ms", int(limits.keep_alive_s * 1000)),
-                ("grpc.so_reuseport", 1 if self.reuse_port else 0),
-            ],
-        )
-        self.health, self._hot_methods = add_services(
-            self.grpc_server, self.core, limits.max_connections
-        )
-        credentials = options.tls.grpc_credentials() if options.tls else None
         try:
-            if credentials is None:
-                self.grpc_server.add_insecure_port(self.grpc_address)
+            if options.grpc_server == "grpcio":
+                self.grpc = GrpcioGrpc(self.core, options, self.grpc_address, self.reuse_port)
             else:
-                self.grpc_server.add_secure_port(self.grpc_address, credentials)
-        except RuntimeError as exc:
+                sock = listen(options.host, options.grpc_port, "gRPC", self.reuse_port)
+                self.grpc = GatewayGrpc(self.core, options, sock)
+        except OSError:
             self._http_socket.close()
-            raise OSError(f"cannot listen for gRPC on {self.grpc_address}: {exc}") from None
+            raise
 
     async def start(self, context: ssl.SSLContext | None) -> None:
-        assert self.grpc_server is not None and self._http_socket is not None, "bind() first"
-        await self.grpc_server.start()
-        self.acceptors = Acceptors(self.grpc_server, self._hot_methods, GRPC_ACCEPTORS)
-        self.acceptors.start()
-        await set_serving(self.health, False)
+        assert self.grpc is not None and self._http_socket is not None, "bind() first"
+        await self.grpc.start()
+        await self.grpc.set_serving(False)
         options = self.options
         app = create_app(self.core, options.max_body_bytes)
         self.http = uvicorn_server(
@@ -147,8 +120,8 @@ class Listeners:
         self._task = asyncio.create_task(self.http.serve(sockets=[self._http_socket]))
 
     async def set_serving(self, serving: bool) -> None:
-        if self.health is not None:
-            await set_serving(self.health, serving)
+        if self.grpc is not None:
+            await self.grpc.set_serving(serving)
 
     def close_http(self, grace_s: float) -> None:
         """HTTP stops accepting; open connections get `grace_s` to finish."""
@@ -162,16 +135,12 @@ class Listeners:
         if self.http is not None:
             for server in self.http.servers:
                 server.close()
-        if self.grpc_server is not None:
-            # stop() with a grace refuses new calls at once and lets calls in flight end.
-            self._grpc_stopping = asyncio.ensure_future(self.grpc_server.stop(grace=grace_s))
+        if self.grpc is not None:
+            self.grpc.stop_accepting(grace_s)
 
     async def stop(self, grace_s: float) -> None:
         self.close_http(grace_s)
-        if self._grpc_stopping is not None:
-            await self._grpc_stopping
-        elif self.grpc_server is not None:
-            # Requests are answered by now; what is left is streams held open by clients.
-            await self.grpc_server.stop(grace=min(grace_s, 1.0))
+        if self.grpc is not None:
+            await self.grpc.stop(grace_s)
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)

@@ -56,6 +56,7 @@ class ServerOptions:
     # 0: off.
     shed_lag_ms: float = 0.0
     max_body_bytes: int = 64 * 1024 * 1024
+    grpc_server: str = "gateway"  # or "grpcio" (gateway/listeners.py)
     admin_token: str | None = None
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
     allow_shared_memory: bool = False

@@ -44,8 +44,8 @@ def routing_families(models: list, family: Family, labels: Callable) -> list[str
     ]  # fmt: skip
     if shadows:
         found += [
-            counter("accel_gateway_shadow_copies", "Request copies sent to the shadow",
-                    shadows, "requests"),
+            counter("accel_gateway_shadow_copies", "Request copies the shadow ran, "
+                    "answered or failed", shadows, "requests"),
             counter("accel_gateway_shadow_failures", "Copies the shadow failed", shadows,
                     "failures"),
             counter("accel_gateway_shadow_dropped", "Copies not sent: the router had "

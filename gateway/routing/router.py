@@ -129,7 +129,7 @@ class RouterModel:
             except GatewayError:  # not ready now: resolve says why, or loads it
                 model = await self.resolve(route.model, route.version)
             response = await model.infer(request)
-        except GatewayError:
+        except BaseException:  # a backend's own error or a cancelled call counts too
             stats.record_failure(start, time.monotonic_ns())
             raise
         finally:

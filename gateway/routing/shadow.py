@@ -98,6 +98,9 @@ class Shadows:
             stats.record_failure(start, time.monotonic_ns())
             log.debug("shadow copy to '%s' failed: %s", shadow.model, exc)
             return
+        except asyncio.CancelledError:  # the router closed before the copy finished
+            stats.record_failure(start, time.monotonic_ns())
+            raise
         finally:
             self.held -= 1
         stats.record_success(start, time.monotonic_ns())

@@ -37,14 +37,16 @@ class VariantStats:
         elapsed = end_ns - start_ns
         self.requests += 1
         self.success_ns += elapsed
-        self.last_ns = start_ns
+        if start_ns > self.last_ns:  # requests overlap: an older one may end last
+            self.last_ns = start_ns
         self.counts[bisect_left(_LATENCY_BOUNDS_NS, elapsed)] += 1
 
     def record_failure(self, start_ns: int, end_ns: int) -> None:
         self.requests += 1
         self.failures += 1
         self.failure_ns += end_ns - start_ns
-        self.last_ns = start_ns
+        if start_ns > self.last_ns:
+            self.last_ns = start_ns
 
     @property
     def latency(self) -> Histogram:
@@ -58,7 +60,10 @@ class VariantStats:
         return {
             "requests": self.requests,
             "failures": self.failures,
-            "latency_s": {"count": self.latency.count, "sum": round(self.latency.sum, 6)},
+            "latency_s": {
+                "count": self.requests - self.failures,
+                "sum": round(self.success_ns * 1e-9, 6),
+            },
         }
 
 

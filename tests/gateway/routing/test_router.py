@@ -105,3 +105,47 @@ def test_a_variant_not_ready_now_is_resolved_and_a_ready_one_looked_up():
     ready.add("v")
     asyncio.run(router.infer(request))
     assert resolved == ["v"] and len(variant.seen) == 2
+
+
+class Slow:
+    """Answers after `delays` seconds, one per request, in order."""
+
+    def __init__(self, *delays: float) -> None:
+        self.delays = list(delays)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        await asyncio.sleep(self.delays.pop(0))
+        if not self.delays and isinstance(self, Broken):
+            raise ValueError("the backend broke")
+        return InferResponse(request.model_name, "1")
+
+
+class Broken(Slow):
+    pass
+
+
+def test_a_backends_own_error_counts_as_a_failure_and_last_use_never_goes_back():
+    variants = {"slow": Slow(0.2, 0.0), "broken": Broken(0.0)}
+
+    async def resolve(model: str, version: str) -> object:
+        return variants[model]
+
+    config = text_format.Parse('name: "r" platform: "router"', mc.ModelConfig())
+
+    def request() -> InferRequest:
+        return InferRequest("r", inputs=[Tensor("x", "FP32", np.zeros((1, 2), np.float32))])
+
+    async def scenario() -> None:
+        slow = RouterModel(config, 1, [Route("slow", "", 1.0)], [], resolve)
+        first = asyncio.create_task(slow.infer(request()))
+        await asyncio.sleep(0.05)
+        second_sent = time.monotonic()
+        await slow.infer(request())  # starts later, ends first
+        await first
+        assert slow.last_used >= second_sent  # the earlier request, ending last, not it
+        broken = RouterModel(config, 1, [Route("broken", "", 1.0)], [], resolve)
+        with contextlib.suppress(ValueError):
+            await broken.infer(request())
+        assert (broken.stats.fail.count, broken.pending) == (1, 0)
+
+    asyncio.run(scenario())

@@ -1,0 +1,161 @@
+"""One gRPC call on the gateway's own HTTP/2 server: the context its handler sees (the
+part of grpc.aio's ServicerContext the services use) and the messages it reads.
+
+Handlers are the ones grpc's generated code registers (`add_..._to_server`), so the
+same servicers run on grpc.aio's server and on this one.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from gateway.grpc.h2.headers import CallHeaders
+
+# gRPC status codes by name, as numbers on the wire.
+STATUS = {code: code.value[0] for code in grpc.StatusCode}
+CANCELLED, UNKNOWN, INTERNAL = 1, 2, 13
+DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNIMPLEMENTED = 4, 8, 12
+
+
+class CallError(Exception):
+    """A call ends with gRPC `status` and `message` (bad messages, limits)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Registry:
+    """Collects method handlers the way grpc's generated `add_..._to_server` hands them
+    to a server: by full method name ("/package.Service/Method")."""
+
+    def __init__(self) -> None:
+        self.methods: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same methods also come through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        for method, handler in handlers.items():
+            self.methods[f"/{service}/{method}"] = handler
+
+
+class Context:
+    """What a servicer may ask of its call: metadata, the time left, its status."""
+
+    __slots__ = ("headers", "deadline", "code", "details", "trailing", "write", "peer_name")
+
+    def __init__(
+        self,
+        headers: CallHeaders,
+        write: Callable[[Any], Any] | None,
+        peer: str,
+    ) -> None:
+        self.headers = headers
+        self.deadline = (
+            time.monotonic() + headers.timeout_s if headers.timeout_s is not None else None
+        )
+        self.code: int | None = None
+        self.details = ""
+        self.trailing: tuple[tuple[str, str], ...] = ()
+        self.write = write  # server streaming: `await context.write(message)`
+        self.peer_name = peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self.headers.metadata
+
+    def time_remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def peer(self) -> str:
+        return self.peer_name
+
+    def set_trailing_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.trailing = tuple(metadata)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = STATUS[code]
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple = ()
+    ) -> None:
+        self.code = STATUS[code]
+        self.details = details
+        if trailing_metadata:
+            self.trailing = tuple(trailing_metadata)
+        raise grpc.aio.AbortError()
+
+
+class Messages:
+    """The messages a call's client sends, cut from its DATA frames as they come
+    (a 1-byte compressed flag, a 4-byte length, the message)."""
+
+    def __init__(self, encoding: str, max_bytes: int) -> None:
+        if encoding not in ("identity", "gzip", "deflate"):
+            raise CallError(UNIMPLEMENTED, f"grpc-encoding {encoding!r} is not supported")
+        self.encoding = encoding
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+        self.ready: deque[bytes] = deque()
+
+    def feed(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= 5:
+            size = int.from_bytes(buffer[1:5], "big")
+            if size > self.max_bytes:
+                raise CallError(
+                    RESOURCE_EXHAUSTED,
+                    f"received message larger than max ({size} vs. {self.max_bytes})",
+                )
+            if len(buffer) < 5 + size:
+                return
+            compressed = buffer[0]
+            message = bytes(buffer[5 : 5 + size])
+            del buffer[: 5 + size]
+            self.ready.append(self._decompress(message) if compressed else message)
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of a message not yet whole."""
+        return bool(self._buffer)
+
+    def _decompress(self, message: bytes) -> bytes:
+        if self.encoding == "identity":
+            raise CallError(INTERNAL, "a compressed message without grpc-encoding")
+        wbits = 31 if self.encoding == "gzip" else 15
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(message, self.max_bytes + 1)
+        except zlib.error as exc:
+            message = f"a {self.encoding} message did not decompress: {exc}"
+            raise CallError(INTERNAL, message) from None
+        if len(data) > self.max_bytes or inflater.unconsumed_tail:
+            raise CallError(
+                RESOURCE_EXHAUSTED, f"a message decompresses past the limit of {self.max_bytes}"
+            )
+        return data
+
+
+def framed(message: bytes) -> bytes:
+    """A response message with its 5-byte prefix (never compressed)."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def decode(handler: Any, message: bytes) -> Any:
+    try:
+        return handler.request_deserializer(message)
+    except Exception as exc:
+        raise CallError(INTERNAL, f"the request message did not parse: {exc}") from None

@@ -1,0 +1,174 @@
+"""A call's headers: HPACK in (decoded once per distinct block), gRPC's meaning of them,
+and the few header blocks the server sends (RFC 7541, gRPC over HTTP/2).
+
+A client such as grpc's own sends the same header block bytes for call after call once
+its headers sit in the dynamic table, so a block that left the table as it was is
+decoded once and looked up after: HPACK's pure-Python decoding cost more than the rest
+of a small call.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+
+import hpack
+
+from gateway.grpc.h2.frames import COMPRESSION_ERROR, H2Error
+
+MAX_HEADER_LIST = 64 * 1024  # bytes of decoded headers a call may carry
+_CACHED_BLOCKS = 256
+
+
+class _CountingTable(hpack.table.HeaderTable):
+    """HPACK's dynamic table, counting its changes: a block decoded while the count
+    stayed put means the same thing every time it comes again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes = 0
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.changes += 1
+        super().add(name, value)
+
+    def _shrink(self) -> None:
+        self.changes += 1
+        super()._shrink()
+
+
+class HeaderDecoder:
+    """One connection's HPACK decoder, with decoded blocks kept by (table state, bytes)."""
+
+    def __init__(self) -> None:
+        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._table = _CountingTable()
+        self._decoder.header_table = self._table
+        self._blocks: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        key = (self._table.changes, block)
+        found = self._blocks.get(key)
+        if found is not None:
+            return found
+        before = self._table.changes
+        try:
+            headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
+        except hpack.HPACKError as exc:
+            raise H2Error(COMPRESSION_ERROR, f"a header block did not decode: {exc}") from None
+        if self._table.changes == before:
+            if len(self._blocks) >= _CACHED_BLOCKS:
+                self._blocks.clear()  # a client whose blocks all differ gains nothing
+            self._blocks[key] = headers
+        return headers
+
+
+@dataclass(slots=True)
+class CallHeaders:
+    """What a call's headers say."""
+
+    path: str
+    timeout_s: float | None  # grpc-timeout
+    encoding: str  # grpc-encoding of the request's messages ("identity" if none)
+    metadata: tuple[tuple[str, str | bytes], ...]  # the rest, as grpc.aio gives it
+
+
+class BadCall(Exception):
+    """Headers that do not make a gRPC call; the call ends with `status` (a gRPC status
+    code's number) and the message."""
+
+    def __init__(self, status: int, message: str, http_status: int = 200) -> None:
+        super().__init__(message)
+        self.status = status
+        self.http_status = http_status
+
+
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+_RESERVED = (b":", b"te", b"content-type", b"grpc-timeout", b"grpc-encoding")
+_RESERVED += (b"grpc-accept-encoding", b"user-agent", b"host", b"connection")
+
+
+def call_headers(headers: list[tuple[bytes, bytes]]) -> CallHeaders:
+    """A call's headers read, or BadCall saying what is wrong."""
+    found = dict(headers)
+    if found.get(b":method") != b"POST":
+        raise BadCall(12, "gRPC calls are POST requests", http_status=405)  # UNIMPLEMENTED
+    content_type = found.get(b"content-type", b"")
+    if not content_type.startswith(b"application/grpc"):
+        raise BadCall(2, f"content-type must be application/grpc, not {content_type!r}", 415)
+    path = found.get(b":path")
+    if not path:
+        raise BadCall(12, "the call names no method (:path)")
+    timeout = found.get(b"grpc-timeout")
+    metadata = tuple(_metadata(headers))
+    return CallHeaders(
+        path=path.decode("latin-1"),
+        timeout_s=_timeout(timeout) if timeout is not None else None,
+        encoding=found.get(b"grpc-encoding", b"identity").decode("latin-1"),
+        metadata=metadata,
+    )
+
+
+def _timeout(value: bytes) -> float:
+    if not 2 <= len(value) <= 9 or not value[:-1].isdigit() or value[-1:] not in _TIMEOUT_UNITS:
+        raise BadCall(13, f"grpc-timeout {value!r} is not a count (up to 8 digits) and a unit")
+    return int(value[:-1]) * _TIMEOUT_UNITS[value[-1:]]
+
+
+def _metadata(headers: list[tuple[bytes, bytes]]):
+    for name, value in headers:
+        if name.startswith(_RESERVED):
+            continue
+        key = name.decode("latin-1")
+        if key.endswith("-bin"):
+            yield key, base64.b64decode(value + b"==")
+        else:
+            yield key, value.decode("latin-1")
+
+
+# ---- what the server sends (no dynamic table, no Huffman: the blocks never change) ----
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """A literal header field without indexing, with a new name."""
+    return b"\x00" + _length(name) + name + _length(value) + value
+
+
+def _length(data: bytes) -> bytes:
+    size = len(data)
+    if size < 127:
+        return bytes([size])
+    size -= 127
+    out = bytearray([127])
+    while size >= 128:
+        out.append((size & 0x7F) | 0x80)
+        size >>= 7
+    out.append(size)
+    return bytes(out)
+
+
+_STATUS_200 = b"\x88"  # the static table's ":status: 200"
+RESPONSE_HEADERS = _STATUS_200 + _literal(b"content-type", b"application/grpc")
+OK_TRAILERS = _literal(b"grpc-status", b"0")
+_UNSAFE = re.compile(rb"[^\x20-\x24\x26-\x7e]")  # grpc-message percent-encodes these
+
+
+def trailers(status: int, message: str, metadata: tuple[tuple[str, str], ...] = ()) -> bytes:
+    """The trailers of a call that ended with gRPC `status`."""
+    if status == 0 and not message and not metadata:
+        return OK_TRAILERS
+    block = _literal(b"grpc-status", str(status).encode())
+    if message:
+        encoded = _UNSAFE.sub(lambda m: b"%%%02X" % m.group()[0], message.encode())
+        block += _literal(b"grpc-message", encoded)
+    for key, value in metadata:
+        block += _literal(key.lower().encode("latin-1"), value.encode("latin-1"))
+    return block
+
+
+def error_response(http_status: int, status: int, message: str) -> bytes:
+    """A trailers-only answer: the whole response in one header block."""
+    code = str(http_status).encode()
+    head = _STATUS_200 if http_status == 200 else _literal(b":status", code)
+    return head + _literal(b"content-type", b"application/grpc") + trailers(status, message)

@@ -1,0 +1,79 @@
+"""The gateway's own gRPC server: HTTP/2 on asyncio, serving the handlers grpc's
+generated code registers.
+
+grpc.aio spends about half of a small call's server time in its own machinery (three
+tasks and three completion-queue round trips a call, README "Serving performance"); this
+server parses the frames itself and runs a call as one task. It serves what the gateway's
+clients use: unary and streaming calls, deadlines (grpc-timeout), cancellation,
+metadata, gzip/deflate request messages, flow control, TLS (ALPN h2), graceful GOAWAY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from typing import Any
+
+from gateway.grpc.h2.calls import Registry
+from gateway.grpc.h2.connection import Connection
+
+
+class H2Server:
+    """The shape of grpc.aio's server the listeners use: handlers are added with
+    grpc's generated `add_..._to_server(servicer, server)`."""
+
+    def __init__(
+        self,
+        max_message_bytes: int,
+        max_streams: int,
+        idle_s: float,
+        max_connections: int,
+    ) -> None:
+        self.registry = Registry()
+        self.methods = self.registry.methods
+        self.max_message_bytes = max_message_bytes
+        self.max_streams = max_streams
+        self.idle_s = idle_s
+        self.max_connections = max_connections
+        self.connections: set[Connection] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+
+    # grpc's generated code registers its handlers through these two.
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.registry.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.registry.add_registered_method_handlers(service, handlers)
+
+    async def start(self, sock: socket.socket, context: ssl.SSLContext | None = None) -> None:
+        """Serve on a bound socket (its own, or one shared with other processes through
+        SO_REUSEPORT)."""
+        if context is not None:
+            context.set_alpn_protocols(["h2"])  # gRPC clients insist on it
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(self._connection, sock=sock, ssl=context, backlog=1024)
+        self._servers.append(server)
+
+    def _connection(self) -> Connection:
+        return Connection(self)
+
+    def stop_accepting(self) -> None:
+        for server in self._servers:
+            server.close()
+        for connection in list(self.connections):
+            connection.go_away()
+
+    async def stop(self, grace_s: float | None) -> None:
+        """Accept nothing more; calls in flight get `grace_s`, then are cancelled."""
+        self.stop_accepting()
+        deadline = asyncio.get_running_loop().time() + (grace_s or 0.0)
+        while any(c.streams for c in self.connections):
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        for server in self._servers:
+            await server.wait_closed()
