@@ -108,7 +108,10 @@ class Messages:
         self.encoding = encoding
         self.max_bytes = max_bytes
         self._buffer = bytearray()
-        self.ready: deque[bytes] = deque()
+        # Whole messages not yet taken, each with its size on the wire (prefix included):
+        # what a streaming call credits back to the client once the handler takes it.
+        self.ready: deque[tuple[bytes, int]] = deque()
+        self.ready_bytes = 0  # their wire sizes, summed
 
     def feed(self, data: bytes) -> None:
         buffer = self._buffer
@@ -125,7 +128,13 @@ class Messages:
             compressed = buffer[0]
             message = bytes(buffer[5 : 5 + size])
             del buffer[: 5 + size]
-            self.ready.append(self._decompress(message) if compressed else message)
+            self.ready.append((self._decompress(message) if compressed else message, 5 + size))
+            self.ready_bytes += 5 + size
+
+    def take(self) -> bytes:
+        message, wire_size = self.ready.popleft()
+        self.ready_bytes -= wire_size
+        return message
 
     @property
     def partial(self) -> bool:
@@ -149,12 +158,18 @@ class Messages:
         return data
 
 
-def framed(message: bytes) -> bytes:
-    """A response message with its 5-byte prefix (never compressed)."""
+def framed(handler: Any, response: Any) -> bytes:
+    """A response message, serialized (unless the handler gives bytes), with its 5-byte
+    prefix (never compressed)."""
+    serialize = handler.response_serializer
+    message = serialize(response) if serialize is not None else response
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
 def decode(handler: Any, message: bytes) -> Any:
+    """The request message as the handler takes it (bytes where it names no parser)."""
+    if handler.request_deserializer is None:
+        return message
     try:
         return handler.request_deserializer(message)
     except Exception as exc:

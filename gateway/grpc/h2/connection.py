@@ -137,6 +137,10 @@ class Connection(asyncio.Protocol):
         except f.H2Error as exc:
             self._fail(exc.code, str(exc))
             return
+        except Exception:  # a fault of ours: this connection ends, the server goes on
+            log.exception("gRPC connection from %s failed", self.peer)
+            self._fail(f.INTERNAL_ERROR, "internal error")
+            return
         self._buffer = buffer[position:]
         if self._unacked >= CONNECTION_WINDOW // 4:
             self.transport.write(f.window_update(0, self._unacked))
@@ -226,20 +230,29 @@ class Connection(asyncio.Protocol):
             self._end(stream, exc.status, exc.message)
             return
         streaming = stream.handler.request_streaming
-        if not flags & f.END_STREAM:
-            stream.unacked += len(payload)
-            if not streaming or stream.unacked >= RECEIVE_WINDOW // 4:
-                self._credit(stream)
-        else:
+        if flags & f.END_STREAM:
             stream.remote_closed = True
+        else:
+            stream.unacked += len(payload)
+            self._credit(stream)
         if streaming:
             stream.wake()
         elif stream.remote_closed:
             self._start(stream)
 
     def _credit(self, stream: Stream) -> None:
-        if stream.unacked and not stream.remote_closed:
-            self.transport.write(f.window_update(stream.id, stream.unacked))
+        """Let the client send as many bytes again as it has sent. A unary call's at once
+        (its one message is bounded by the size limit). A streaming call's in quarters of
+        the window, and not while half a window of whole messages waits for its handler:
+        a client cannot run further ahead of a slow handler than that."""
+        if not stream.unacked or stream.remote_closed:
+            return
+        if stream.handler.request_streaming and (
+            stream.unacked < RECEIVE_WINDOW // 4
+            or stream.messages.ready_bytes >= RECEIVE_WINDOW // 2
+        ):
+            return
+        self.transport.write(f.window_update(stream.id, stream.unacked))
         stream.unacked = 0
 
     # ---- calls -----------------------------------------------------------------------
@@ -316,7 +329,7 @@ class Connection(asyncio.Protocol):
                 behaviour = handler.unary_unary or handler.stream_unary
                 response = await behaviour(request, context)
                 if context.code is None or context.code == 0:
-                    payload = framed(handler.response_serializer(response))
+                    payload = framed(handler, response)
                     self.writer.answer(stream, payload, trailers(0, "", context.trailing))
                     self._done(stream)
                     return
@@ -340,10 +353,8 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         while True:
             while ready:
-                message = ready.popleft()
-                stream.unacked += len(message) + 5
-                if stream.unacked >= RECEIVE_WINDOW // 4:
-                    self._credit(stream)  # the client may send more once these are taken
+                message = stream.messages.take()
+                self._credit(stream)  # the client may send more once these are taken
                 yield decode(handler, message)
             if stream.remote_closed:
                 if stream.messages.partial:
@@ -356,7 +367,7 @@ class Connection(asyncio.Protocol):
         """One message of a streaming response; waits while flow control holds it."""
         if stream.id not in self.streams:
             raise asyncio.CancelledError  # the client reset the call
-        payload = framed(stream.handler.response_serializer(message))
+        payload = framed(stream.handler, message)
         await self.writer.send(stream, payload)
 
     def _end(self, stream: Stream, status: int, message: str, metadata=()) -> None:

@@ -52,4 +52,4 @@ class Stream:
         if len(ready) != 1 or self.messages.partial:
             count = len(ready) + self.messages.partial
             raise CallError(INTERNAL, f"a unary call needs one request message, got {count}")
-        return ready.popleft()
+        return self.messages.take()

@@ -47,6 +47,8 @@ class Writer:
             self._flush_blocked()
         elif stream is not None and increment:
             stream.send_window += increment
+            if stream.send_window > f.MAX_WINDOW:
+                raise f.H2Error(f.FLOW_CONTROL_ERROR, f"stream {stream_id}'s window past 2^31-1")
             self._flush(stream)
 
     # ---- a call's response -----------------------------------------------------------

@@ -1,0 +1,97 @@
+"""The HTTP/2 server's pure pieces: header blocks, call headers, trailers, messages."""
+
+from __future__ import annotations
+
+import gzip
+
+import hpack
+import pytest
+
+from gateway.grpc.h2 import frames as f
+from gateway.grpc.h2.calls import RESOURCE_EXHAUSTED, UNIMPLEMENTED, CallError, Messages
+from gateway.grpc.h2.headers import BadCall, HeaderDecoder, call_headers, trailers
+
+HEADERS = [
+    (":method", "POST"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
+    ("content-type", "application/grpc"), ("grpc-timeout", "250m"), ("user", "ada"),
+]  # fmt: skip
+
+
+def test_a_block_that_leaves_the_table_alone_is_decoded_once():
+    encoder, decoder = hpack.Encoder(), HeaderDecoder()
+    first = encoder.encode(HEADERS)  # adds to the dynamic table
+    again = encoder.encode(HEADERS)  # now all indexed
+    assert first != again and encoder.encode(HEADERS) == again
+    decoded = [decoder.decode(block) for block in (first, again, again)]
+    assert decoded[1] is decoded[2]  # the second came from the cache
+    assert all(dict(d)[b"user"] == b"ada" for d in decoded)
+
+
+def test_the_same_bytes_after_the_table_changed_are_decoded_afresh():
+    encoder, decoder = hpack.Encoder(), HeaderDecoder()
+    decoder.decode(encoder.encode(HEADERS))
+    indexed = encoder.encode(HEADERS)
+    before = decoder.decode(indexed)
+    assert decoder.decode(indexed) is before  # cached
+    # The client's table moved on (one entry in front): the same indexes now point one
+    # entry further, so the same bytes mean other headers and must not come from the cache.
+    decoder.decode(encoder.encode([("other", "x")]))
+    after = decoder.decode(indexed)
+    assert after != before and (b"other", b"x") in after
+
+
+def test_call_headers_read_path_deadline_encoding_and_metadata():
+    call = call_headers([(k.encode(), v.encode()) for k, v in HEADERS] + [(b"token-bin", b"AP8")])
+    assert call.path == "/inference.GRPCInferenceService/ModelInfer"
+    assert call.timeout_s == pytest.approx(0.25) and call.encoding == "identity"
+    assert call.metadata == (("user", "ada"), ("token-bin", b"\x00\xff"))
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [((b":method", b"GET"), "POST"), ((b"content-type", b"text/plain"), "application/grpc"),
+     ((b"grpc-timeout", b"5x"), "grpc-timeout")],
+)  # fmt: skip
+def test_headers_that_are_not_a_grpc_call_say_what_is_wrong(change, expected):
+    headers = dict((k.encode(), v.encode()) for k, v in HEADERS) | dict([change])
+    with pytest.raises(BadCall, match=expected):
+        call_headers(list(headers.items()))
+
+
+def test_trailers_carry_the_status_and_a_percent_encoded_message():
+    decoded = dict(hpack.Decoder().decode(trailers(14, "50% down: ünï\n", (("a", "b"),))))
+    assert decoded == {"grpc-status": "14", "grpc-message": "50%25 down: %C3%BCn%C3%AF%0A",
+                       "a": "b"}  # fmt: skip
+
+
+def _framed(message: bytes, compressed: bool = False) -> bytes:
+    return bytes([compressed]) + len(message).to_bytes(4, "big") + message
+
+
+def test_messages_are_cut_whole_from_bytes_that_come_in_any_pieces():
+    messages = Messages("gzip", max_bytes=1000)
+    wire = _framed(b"one") + _framed(gzip.compress(b"two" * 100), True) + _framed(b"")
+    for k in range(len(wire)):
+        messages.feed(wire[k : k + 1])
+    assert [messages.take() for _ in range(3)] == [b"one", b"two" * 100, b""]
+    assert messages.ready_bytes == 0 and not messages.partial
+
+
+def test_messages_past_the_limit_or_in_an_unknown_encoding_are_refused():
+    with pytest.raises(CallError) as unknown:
+        Messages("snappy", max_bytes=10)
+    assert unknown.value.status == UNIMPLEMENTED
+    with pytest.raises(CallError) as big:
+        Messages("identity", max_bytes=10).feed(_framed(b"x" * 11)[:5])  # told by the prefix
+    with pytest.raises(CallError) as bomb:
+        Messages("gzip", max_bytes=10).feed(_framed(gzip.compress(b"x" * 11), True))
+    assert big.value.status == bomb.value.status == RESOURCE_EXHAUSTED
+
+
+def test_frames_settings_round_trip_and_bad_ones_are_named():
+    frame = f.settings({f.INITIAL_WINDOW_SIZE: 100, f.MAX_FRAME_SIZE: 1 << 20})
+    assert f.parse_settings(frame[9:]) == {f.INITIAL_WINDOW_SIZE: 100, f.MAX_FRAME_SIZE: 1 << 20}
+    with pytest.raises(f.H2Error, match="MAX_FRAME_SIZE"):
+        f.parse_settings(f.settings({f.MAX_FRAME_SIZE: 100})[9:])
+    with pytest.raises(f.H2Error, match="padding"):
+        f.strip_padding(b"\x05abc", f.PADDED)

@@ -1,0 +1,125 @@
+"""The HTTP/2 server frame by frame, from a raw socket: what it owes a client that breaks
+the protocol, pings, or gives it a tiny window."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import grpc
+import hpack
+
+from gateway.grpc.h2 import frames as f
+from gateway.grpc.h2.server import H2Server
+from gateway.launch import free_port
+from gateway.listeners import listen
+
+
+async def _echo(request: bytes, context) -> bytes:
+    return request * 10
+
+
+def _read_frames(sock: socket.socket, until, timeout: float = 5.0) -> list[tuple]:
+    """Frames (type, flags, stream, payload) until `until(frames)` says enough."""
+    sock.settimeout(timeout)
+    buffer, found = b"", []
+    while not until(found):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buffer += chunk
+        while len(buffer) >= 9:
+            high, low, kind, flags, stream = f.HEADER.unpack_from(buffer)
+            size = (high << 8) | low
+            if len(buffer) < 9 + size:
+                break
+            found.append((kind, flags, stream & 0x7FFFFFFF, buffer[9 : 9 + size]))
+            buffer = buffer[9 + size :]
+    return found
+
+
+def run_raw(client) -> object:
+    """Run the blocking `client(port)` in a thread against a fresh server."""
+
+    async def run():
+        server = H2Server(1 << 20, 8, 30.0, max_connections=4)
+        server.add_registered_method_handlers(
+            "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(_echo)}
+        )
+        port = free_port()
+        await server.start(listen("127.0.0.1", port, "gRPC"))
+        try:
+            return await asyncio.to_thread(client, port)
+        finally:
+            await server.stop(0.5)
+
+    return asyncio.run(run())
+
+
+def _call_headers(encoder: hpack.Encoder) -> bytes:
+    return encoder.encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", "/test.Echo/Call"),
+         (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers")]
+    )  # fmt: skip
+
+
+def test_a_client_that_does_not_speak_http2_gets_goaway_and_is_closed():
+    def client(port):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\n\r\n")
+            frames = _read_frames(sock, lambda found: False)
+        return [(kind, payload[4:8]) for kind, _, _, payload in frames if kind == f.GOAWAY]
+
+    assert run_raw(client) == [(f.GOAWAY, f.PROTOCOL_ERROR.to_bytes(4, "big"))]
+
+
+def test_pings_are_answered_and_a_tiny_window_holds_the_answer_until_credit():
+    def client(port):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            encoder = hpack.Encoder()
+            message = b"0123456789" * 10  # the answer is 1,000 bytes, plus its prefix
+            framed = b"\x00" + len(message).to_bytes(4, "big") + message
+            sock.sendall(
+                f.PREFACE
+                + f.settings({f.INITIAL_WINDOW_SIZE: 100})
+                + f.frame(f.PING, 0, 0, b"12345678")
+                + f.frame(f.HEADERS, f.END_HEADERS, 1, _call_headers(encoder))
+                + f.frame(f.DATA, f.END_STREAM, 1, framed)
+            )  # fmt: skip
+
+            def held(found):
+                return sum(len(p) for k, _, s, p in found if k == f.DATA and s == 1) >= 100
+
+            before = _read_frames(sock, held)
+            sock.sendall(f.window_update(1, 10_000))
+
+            def ended(found):
+                return any(k == f.HEADERS and flags & f.END_STREAM for k, flags, _, _ in found)
+
+            after = _read_frames(sock, ended)
+        return before, after
+
+    before, after = run_raw(client)
+    assert (f.PING, f.ACK, 0, b"12345678") in before
+    assert sum(len(p) for k, _, s, p in before if k == f.DATA and s == 1) == 100
+    body = b"".join(p for k, _, s, p in before + after if k == f.DATA and s == 1)
+    assert body == b"\x00" + (1000).to_bytes(4, "big") + b"0123456789" * 100
+    trailers = hpack.Decoder().decode([p for k, _, _, p in after if k == f.HEADERS][-1])
+    assert ("grpc-status", "0") in trailers
+
+
+def test_a_stream_id_that_goes_back_is_a_protocol_error():
+    def client(port):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            encoder = hpack.Encoder()
+            message = b"\x00\x00\x00\x00\x01x"
+            sock.sendall(
+                f.PREFACE + f.settings({})
+                + f.frame(f.HEADERS, f.END_HEADERS, 5, _call_headers(encoder))
+                + f.frame(f.DATA, f.END_STREAM, 5, message)
+                + f.frame(f.HEADERS, f.END_HEADERS, 3, _call_headers(encoder))
+            )  # fmt: skip
+            frames = _read_frames(sock, lambda found: False)
+        return [p[4:8] for k, _, _, p in frames if k == f.GOAWAY]
+
+    assert run_raw(client) == [f.PROTOCOL_ERROR.to_bytes(4, "big")]

@@ -1,0 +1,211 @@
+"""The gateway's HTTP/2 gRPC server against grpc's own client, over 127.0.0.1: calls of
+every shape, statuses and metadata, deadlines, cancellation, compression, messages past
+every flow-control window, and limits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from gateway.grpc.h2.server import H2Server
+from gateway.launch import free_port
+from gateway.listeners import listen
+
+SERVICE = "test.Echo"
+LIMIT = 8 * 1024 * 1024  # the server's largest request message
+
+
+async def _echo(request: bytes, context) -> bytes:
+    return request
+
+
+async def _sleepy(request: bytes, context) -> bytes:
+    await asyncio.sleep(float(request.decode()))
+    return b"woke"
+
+
+async def _fail(request: bytes, context) -> bytes:
+    context.set_trailing_metadata((("retry-hint", "later"),))
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "down for now: 100% ünïcode")
+
+
+async def _metadata(request: bytes, context) -> bytes:
+    found = dict(context.invocation_metadata())
+    remaining = context.time_remaining()
+    return f"{found.get('user')}|{found.get('blob-bin')!r}|{remaining is not None}".encode()
+
+
+async def _crash(request: bytes, context) -> bytes:
+    raise ValueError("a bug")
+
+
+async def _chat(requests, context):
+    async for request in requests:
+        yield request.upper()
+
+
+async def _count(request: bytes, context) -> None:
+    for k in range(int(request.decode())):
+        await context.write(str(k).encode())
+
+
+HANDLERS = {
+    "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+    "Sleepy": grpc.unary_unary_rpc_method_handler(_sleepy),
+    "Fail": grpc.unary_unary_rpc_method_handler(_fail),
+    "Metadata": grpc.unary_unary_rpc_method_handler(_metadata),
+    "Crash": grpc.unary_unary_rpc_method_handler(_crash),
+    "Chat": grpc.stream_stream_rpc_method_handler(_chat),
+    "Count": grpc.unary_stream_rpc_method_handler(_count),
+}
+
+
+def serve(scenario, max_streams: int = 64, idle_s: float = 30.0):
+    """Run `scenario(channel, server)` against a fresh server."""
+
+    async def run():
+        server = H2Server(LIMIT, max_streams, idle_s, max_connections=16)
+        server.add_registered_method_handlers(SERVICE, HANDLERS)
+        port = free_port()
+        await server.start(listen("127.0.0.1", port, "gRPC"))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                return await scenario(channel, server)
+        finally:
+            await server.stop(1.0)
+
+    return asyncio.run(run())
+
+
+def unary(channel, name: str, **kwargs):
+    return channel.unary_unary(f"/{SERVICE}/{name}")
+
+
+def test_unary_calls_many_at_once_come_back_each_to_its_caller():
+    async def scenario(channel, server):
+        call = unary(channel, "Echo")
+        return await asyncio.gather(*(call(str(k).encode()) for k in range(300)))
+
+    assert serve(scenario) == [str(k).encode() for k in range(300)]
+
+
+def test_statuses_details_and_trailing_metadata_reach_the_client():
+    async def scenario(channel, server):
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await unary(channel, "Fail")(b"")
+        with pytest.raises(grpc.aio.AioRpcError) as crashed:
+            await unary(channel, "Crash")(b"")
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await channel.unary_unary(f"/{SERVICE}/Nope")(b"")
+        return failed.value, crashed.value, unknown.value
+
+    failed, crashed, unknown = serve(scenario)
+    assert failed.code() == grpc.StatusCode.UNAVAILABLE
+    assert failed.details() == "down for now: 100% ünïcode"
+    assert ("retry-hint", "later") in tuple(failed.trailing_metadata())
+    assert crashed.code() == grpc.StatusCode.INTERNAL and "ValueError: a bug" in crashed.details()
+    assert unknown.code() == grpc.StatusCode.UNIMPLEMENTED and "Nope" in unknown.details()
+
+
+def test_the_handler_sees_the_callers_metadata_and_deadline():
+    async def scenario(channel, server):
+        metadata = (("user", "ada"), ("blob-bin", b"\x00\xff"))
+        return await unary(channel, "Metadata")(b"", metadata=metadata, timeout=5)
+
+    assert serve(scenario) == b"ada|b'\\x00\\xff'|True"
+
+
+def test_a_call_past_its_deadline_ends_deadline_exceeded_and_the_server_goes_on():
+    async def scenario(channel, server):
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await unary(channel, "Sleepy")(b"2", timeout=0.1)
+        answer = await unary(channel, "Sleepy")(b"0", timeout=5)
+        await asyncio.sleep(0.05)
+        return late.value.code(), answer, sum(len(c.streams) for c in server.connections)
+
+    assert serve(scenario) == (grpc.StatusCode.DEADLINE_EXCEEDED, b"woke", 0)
+
+
+def test_a_call_the_client_cancels_is_forgotten_by_the_server():
+    async def scenario(channel, server):
+        call = unary(channel, "Sleepy")(b"5")
+        await asyncio.sleep(0.1)
+        open_before = sum(len(c.streams) for c in server.connections)
+        call.cancel()
+        await asyncio.sleep(0.1)
+        return open_before, sum(len(c.streams) for c in server.connections)
+
+    assert serve(scenario) == (1, 0)
+
+
+def test_messages_past_every_window_flow_both_ways_whole():
+    # grpc's client starts with 64 KiB windows; 3 MiB each way needs many WINDOW_UPDATEs
+    # (and stays under its own 4 MiB limit on answers).
+    big = bytes(range(256)) * (3 * 4096)
+
+    async def scenario(channel, server):
+        return await asyncio.gather(*(unary(channel, "Echo")(big) for _ in range(3)))
+
+    assert serve(scenario) == [big] * 3
+
+
+def test_compressed_requests_are_read():
+    async def scenario(channel, server):
+        call = unary(channel, "Echo")
+        gzip = await call(b"z" * 100_000, compression=grpc.Compression.Gzip)
+        deflate = await call(b"d" * 1000, compression=grpc.Compression.Deflate)
+        return gzip, deflate
+
+    assert serve(scenario) == (b"z" * 100_000, b"d" * 1000)
+
+
+def test_a_message_past_the_limit_is_refused_resource_exhausted():
+    async def scenario(channel, server):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await unary(channel, "Echo")(b"x" * (LIMIT + 1))
+        # Compressed small, past the limit once inflated.
+        with pytest.raises(grpc.aio.AioRpcError) as bomb:
+            await unary(channel, "Echo")(b"\x00" * (LIMIT + 10), compression=grpc.Compression.Gzip)
+        return refused.value, bomb.value, await unary(channel, "Echo")(b"ok")
+
+    refused, bomb, after = serve(scenario)
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and str(LIMIT) in refused.details()
+    assert bomb.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert after == b"ok"
+
+
+def test_streams_both_ways_and_server_streaming():
+    async def scenario(channel, server):
+        chat = channel.stream_stream(f"/{SERVICE}/Chat")
+        words = [b"a" * 300_000, b"b", b"c" * 70_000] * 5  # past the windows, in order
+
+        async def requests():
+            for word in words:
+                yield word
+
+        replies = [reply async for reply in chat(requests())]
+        counted = [m async for m in channel.unary_stream(f"/{SERVICE}/Count")(b"5")]
+        return replies == [w.upper() for w in words], counted
+
+    assert serve(scenario) == (True, [b"0", b"1", b"2", b"3", b"4"])
+
+
+def test_streams_past_the_connections_limit_are_refused_and_retried_by_grpc():
+    async def scenario(channel, server):
+        call = unary(channel, "Sleepy")
+        # Past 4 open streams the server refuses; grpc waits for a stream and retries.
+        return await asyncio.gather(*(call(b"0.05") for _ in range(12)))
+
+    assert serve(scenario, max_streams=4) == [b"woke"] * 12
+
+
+def test_an_idle_connection_is_closed_and_the_client_reconnects():
+    async def scenario(channel, server):
+        first = await unary(channel, "Echo")(b"1")
+        await asyncio.sleep(0.4)
+        closed = not server.connections
+        return first, closed, await unary(channel, "Echo")(b"2")
+
+    assert serve(scenario, idle_s=0.2) == (b"1", True, b"2")
