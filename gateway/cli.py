@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=ConnectionLimits.max_connections,
         help="HTTP connections open at once before requests get 503; gRPC calls at once "
-        "before RESOURCE_EXHAUSTED (default %(default)s)",
+        "before RESOURCE_EXHAUSTED, and gRPC connections (default %(default)s)",
     )
     serve.add_argument(
         "--workers",
