@@ -37,7 +37,7 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
             return await method(self, request, context)
         except GatewayError as exc:
             if exc.retry_after_s is not None:  # gRPC's retry pushback, in milliseconds
-                pushback = str(exc.retry_after_s * 1000)
+                pushback = str(int(exc.retry_after_s * 1000))
                 context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
             await context.abort(grpc.StatusCode[exc.grpc_status], exc.message)
         except (asyncio.CancelledError, grpc.aio.AbortError):

@@ -102,11 +102,13 @@ class Messages:
     """The messages a call's client sends, cut from its DATA frames as they come
     (a 1-byte compressed flag, a 4-byte length, the message)."""
 
-    def __init__(self, encoding: str, max_bytes: int) -> None:
+    def __init__(self, encoding: str, max_bytes: int, single: bool = False) -> None:
+        """`single`: a unary call's, which may send one message only."""
         if encoding not in ("identity", "gzip", "deflate"):
             raise CallError(UNIMPLEMENTED, f"grpc-encoding {encoding!r} is not supported")
         self.encoding = encoding
         self.max_bytes = max_bytes
+        self.single = single
         self._buffer = bytearray()
         # Whole messages not yet taken, each with its size on the wire (prefix included):
         # what a streaming call credits back to the client once the handler takes it.
@@ -117,6 +119,8 @@ class Messages:
         buffer = self._buffer
         buffer += data
         while len(buffer) >= 5:
+            if self.single and self.ready:
+                raise CallError(INTERNAL, "a unary call sent more than one request message")
             size = int.from_bytes(buffer[1:5], "big")
             if size > self.max_bytes:
                 raise CallError(

@@ -113,3 +113,17 @@ def data_frames(stream: int, data: bytes, max_frame: int, end_stream: bool) -> l
         flags = END_STREAM if (last and end_stream) else 0
         frames.append(frame(DATA, flags, stream, bytes(piece)))
     return frames
+
+
+def header_frames(stream: int, block: bytes, end_stream: bool, max_frame: int) -> bytes:
+    """A header block as HEADERS, and CONTINUATION frames where it is larger than the
+    client's largest frame."""
+    first_flags = END_STREAM if end_stream else 0
+    if len(block) <= max_frame:
+        return frame(HEADERS, first_flags | END_HEADERS, stream, block)
+    pieces = [block[start : start + max_frame] for start in range(0, len(block), max_frame)]
+    out = [frame(HEADERS, first_flags, stream, pieces[0])]
+    for piece in pieces[1:-1]:
+        out.append(frame(CONTINUATION, 0, stream, piece))
+    out.append(frame(CONTINUATION, END_HEADERS, stream, pieces[-1]))
+    return b"".join(out)

@@ -10,6 +10,7 @@ of a small call.
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 from dataclasses import dataclass
 
@@ -18,7 +19,9 @@ import hpack
 from gateway.grpc.h2.frames import COMPRESSION_ERROR, H2Error
 
 MAX_HEADER_LIST = 64 * 1024  # bytes of decoded headers a call may carry
+MAX_HEADER_BLOCK = MAX_HEADER_LIST + 1024  # ... and of its encoded block
 _CACHED_BLOCKS = 256
+_CACHED_BLOCK_BYTES = 512  # a call's repeated block is tens of bytes; larger ones are not kept
 
 
 class _CountingTable(hpack.table.HeaderTable):
@@ -52,12 +55,18 @@ class HeaderDecoder:
         found = self._blocks.get(key)
         if found is not None:
             return found
+        # A block that opens with a table size update (001xxxxx) resizes or clears the
+        # table, which `add` and `_shrink` do not always see: it counts as a change, and
+        # is never kept (the update must not be skipped next time).
+        resizes = bool(block) and block[0] & 0xE0 == 0x20
+        if resizes:
+            self._table.changes += 1
         before = self._table.changes
         try:
             headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
         except hpack.HPACKError as exc:
             raise H2Error(COMPRESSION_ERROR, f"a header block did not decode: {exc}") from None
-        if self._table.changes == before:
+        if self._table.changes == before and not resizes and len(block) <= _CACHED_BLOCK_BYTES:
             if len(self._blocks) >= _CACHED_BLOCKS:
                 self._blocks.clear()  # a client whose blocks all differ gains nothing
             self._blocks[key] = headers
@@ -85,8 +94,10 @@ class BadCall(Exception):
 
 
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-_RESERVED = (b":", b"te", b"content-type", b"grpc-timeout", b"grpc-encoding")
-_RESERVED += (b"grpc-accept-encoding", b"user-agent", b"host", b"connection")
+# Headers that are the call's, not its metadata (grpc.aio leaves them out too).
+_NOT_METADATA = frozenset(
+    (b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding")
+)
 
 
 def call_headers(headers: list[tuple[bytes, bytes]]) -> CallHeaders:
@@ -101,12 +112,11 @@ def call_headers(headers: list[tuple[bytes, bytes]]) -> CallHeaders:
     if not path:
         raise BadCall(12, "the call names no method (:path)")
     timeout = found.get(b"grpc-timeout")
-    metadata = tuple(_metadata(headers))
     return CallHeaders(
         path=path.decode("latin-1"),
         timeout_s=_timeout(timeout) if timeout is not None else None,
         encoding=found.get(b"grpc-encoding", b"identity").decode("latin-1"),
-        metadata=metadata,
+        metadata=tuple(_metadata(headers)),
     )
 
 
@@ -118,11 +128,14 @@ def _timeout(value: bytes) -> float:
 
 def _metadata(headers: list[tuple[bytes, bytes]]):
     for name, value in headers:
-        if name.startswith(_RESERVED):
+        if name.startswith(b":") or name in _NOT_METADATA:
             continue
         key = name.decode("latin-1")
         if key.endswith("-bin"):
-            yield key, base64.b64decode(value + b"==")
+            try:  # senders may leave the padding out
+                yield key, base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)
+            except binascii.Error:
+                raise BadCall(13, f"metadata {key} is not base64") from None
         else:
             yield key, value.decode("latin-1")
 
@@ -152,18 +165,27 @@ _STATUS_200 = b"\x88"  # the static table's ":status: 200"
 RESPONSE_HEADERS = _STATUS_200 + _literal(b"content-type", b"application/grpc")
 OK_TRAILERS = _literal(b"grpc-status", b"0")
 _UNSAFE = re.compile(rb"[^\x20-\x24\x26-\x7e]")  # grpc-message percent-encodes these
+MAX_MESSAGE_BYTES = 4096  # of grpc-message, encoded: clients take 16 KiB header frames
 
 
-def trailers(status: int, message: str, metadata: tuple[tuple[str, str], ...] = ()) -> bytes:
+def trailers(status: int, message: str, metadata: tuple = ()) -> bytes:
     """The trailers of a call that ended with gRPC `status`."""
     if status == 0 and not message and not metadata:
         return OK_TRAILERS
     block = _literal(b"grpc-status", str(status).encode())
     if message:
         encoded = _UNSAFE.sub(lambda m: b"%%%02X" % m.group()[0], message.encode())
+        if len(encoded) > MAX_MESSAGE_BYTES:  # cut whole escapes only
+            cut = encoded.rfind(b"%", MAX_MESSAGE_BYTES - 2, MAX_MESSAGE_BYTES)
+            encoded = encoded[: cut if cut >= 0 else MAX_MESSAGE_BYTES] + b"..."
         block += _literal(b"grpc-message", encoded)
     for key, value in metadata:
-        block += _literal(key.lower().encode("latin-1"), value.encode("latin-1"))
+        name = key.lower().encode("latin-1")
+        if name.endswith(b"-bin"):
+            raw = value if isinstance(value, bytes) else str(value).encode()
+            block += _literal(name, base64.b64encode(raw).rstrip(b"="))
+        else:
+            block += _literal(name, str(value).encode("latin-1", "replace"))
     return block
 
 

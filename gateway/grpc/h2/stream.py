@@ -14,7 +14,7 @@ class Stream:
     __slots__ = (
         "id", "handler", "context", "messages", "task", "remote_closed", "send_window",
         "outbox", "trailers", "headers_sent", "arrived", "drained", "timer", "expired",
-        "unacked",
+        "unacked", "window", "ended",
     )  # fmt: skip
 
     def __init__(
@@ -35,6 +35,8 @@ class Stream:
         self.timer: asyncio.TimerHandle | None = None  # the call's deadline
         self.expired = False
         self.unacked = 0  # bytes received and not yet credited back to the client
+        self.window = 0  # bytes the client may still send (set by the connection)
+        self.ended = False  # its response is complete, sent or held for flow control
 
     def wake(self) -> None:
         """Tell a handler waiting for messages that something happened."""

@@ -11,8 +11,6 @@ from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.headers import RESPONSE_HEADERS
 from gateway.grpc.h2.stream import Stream
 
-_TRAILERS = f.END_HEADERS | f.END_STREAM
-
 
 class Writer:
     def __init__(self, transport: asyncio.Transport, sent: Callable[[Stream], None]) -> None:
@@ -34,6 +32,8 @@ class Writer:
             self.initial_window = values[f.INITIAL_WINDOW_SIZE]
             for stream in streams:  # open streams' windows move by the difference
                 stream.send_window += delta
+                if stream.send_window > f.MAX_WINDOW:
+                    raise f.H2Error(f.FLOW_CONTROL_ERROR, "a stream's window past 2^31-1")
         self.max_frame = values.get(f.MAX_FRAME_SIZE, self.max_frame)
         self._flush_blocked()
 
@@ -69,7 +69,7 @@ class Writer:
             self.transport.write(
                 f.frame(f.HEADERS, f.END_HEADERS, sid, RESPONSE_HEADERS)
                 + f.frame(f.DATA, 0, sid, payload)
-                + f.frame(f.HEADERS, _TRAILERS, sid, trailers)
+                + self._trailers(sid, trailers)
             )
             return
         self._hold(stream, payload)
@@ -93,13 +93,12 @@ class Writer:
         """End the stream with `trailers`, after the bytes it holds."""
         if not stream.headers_sent:  # nothing sent: a trailers-only response
             stream.headers_sent = True
-            block = RESPONSE_HEADERS + trailers
-            self.transport.write(f.frame(f.HEADERS, _TRAILERS, stream.id, block))
+            self.transport.write(self._trailers(stream.id, RESPONSE_HEADERS + trailers))
             return
         if stream.outbox:
             stream.trailers = trailers
             return
-        self.transport.write(f.frame(f.HEADERS, _TRAILERS, stream.id, trailers))
+        self.transport.write(self._trailers(stream.id, trailers))
 
     def forget(self, stream: Stream) -> None:
         self.blocked.pop(stream.id, None)
@@ -122,6 +121,9 @@ class Writer:
         self.blocked.clear()
 
     # ---- inside ------------------------------------------------------------------------
+
+    def _trailers(self, stream_id: int, block: bytes) -> bytes:
+        return f.header_frames(stream_id, block, True, self.max_frame)
 
     def _hold(self, stream: Stream, payload: bytes) -> None:
         if not stream.headers_sent:
@@ -153,7 +155,7 @@ class Writer:
         if not outbox:
             self.blocked.pop(stream.id, None)
             if stream.trailers is not None:
-                pieces.append(f.frame(f.HEADERS, _TRAILERS, stream.id, stream.trailers))
+                pieces.append(self._trailers(stream.id, stream.trailers))
         if pieces:
             self.transport.write(b"".join(pieces))
         if not outbox:

@@ -58,6 +58,18 @@ def test_headers_that_are_not_a_grpc_call_say_what_is_wrong(change, expected):
         call_headers(list(headers.items()))
 
 
+def test_metadata_that_is_not_base64_where_its_name_says_so_is_refused():
+    with pytest.raises(BadCall, match="token-bin"):
+        call_headers([(k.encode(), v.encode()) for k, v in HEADERS] + [(b"token-bin", b"A")])
+
+
+def test_a_long_message_is_cut_to_fit_a_clients_header_frame():
+    block = trailers(13, "é" * 10_000, (("detail-bin", b"\x00\x01"),))
+    decoded = dict(hpack.Decoder().decode(block))
+    assert len(block) < 4500 and decoded["grpc-message"].endswith("...")
+    assert decoded["detail-bin"] == "AAE"  # base64, unpadded
+
+
 def test_trailers_carry_the_status_and_a_percent_encoded_message():
     decoded = dict(hpack.Decoder().decode(trailers(14, "50% down: ünï\n", (("a", "b"),))))
     assert decoded == {"grpc-status": "14", "grpc-message": "50%25 down: %C3%BCn%C3%AF%0A",

@@ -56,10 +56,11 @@ def run_raw(client) -> object:
     return asyncio.run(run())
 
 
-def _call_headers(encoder: hpack.Encoder) -> bytes:
+def _call_headers(encoder: hpack.Encoder, *extra: tuple[str, str]) -> bytes:
     return encoder.encode(
         [(":method", "POST"), (":scheme", "http"), (":path", "/test.Echo/Call"),
-         (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers")]
+         (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers"),
+         *extra]
     )  # fmt: skip
 
 
@@ -108,7 +109,7 @@ def test_pings_are_answered_and_a_tiny_window_holds_the_answer_until_credit():
     assert ("grpc-status", "0") in trailers
 
 
-def test_a_stream_id_that_goes_back_is_a_protocol_error():
+def test_a_stream_id_that_goes_back_is_refused_and_the_connection_goes_on():
     def client(port):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             encoder = hpack.Encoder()
@@ -117,9 +118,44 @@ def test_a_stream_id_that_goes_back_is_a_protocol_error():
                 f.PREFACE + f.settings({})
                 + f.frame(f.HEADERS, f.END_HEADERS, 5, _call_headers(encoder))
                 + f.frame(f.DATA, f.END_STREAM, 5, message)
-                + f.frame(f.HEADERS, f.END_HEADERS, 3, _call_headers(encoder))
+                + f.frame(f.HEADERS, f.END_HEADERS, 3, _call_headers(encoder))  # closed
+                + f.frame(f.HEADERS, f.END_HEADERS, 7, _call_headers(encoder))
+                + f.frame(f.DATA, f.END_STREAM, 7, message)
             )  # fmt: skip
-            frames = _read_frames(sock, lambda found: False)
-        return [p[4:8] for k, _, _, p in frames if k == f.GOAWAY]
 
-    assert run_raw(client) == [f.PROTOCOL_ERROR.to_bytes(4, "big")]
+            def both_ended(found):
+                ended = {s for k, flags, s, _ in found if k == f.HEADERS and flags & f.END_STREAM}
+                return {5, 7} <= ended
+
+            frames = _read_frames(sock, both_ended)
+        return [(s, p) for k, _, s, p in frames if k in (f.RST_STREAM, f.GOAWAY)]
+
+    assert run_raw(client) == [(3, f.STREAM_CLOSED.to_bytes(4, "big"))]
+
+
+def test_calls_whose_deadline_passes_as_they_arrive_are_each_answered_deadline_exceeded():
+    def client(port):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            encoder = hpack.Encoder()
+            message = b"\x00\x00\x00\x00\x01x"
+            timeout = ("grpc-timeout", "1n")
+            calls = b"".join(
+                f.frame(f.HEADERS, f.END_HEADERS, stream, _call_headers(encoder, timeout))
+                + f.frame(f.DATA, f.END_STREAM, stream, message)
+                for stream in range(1, 16, 2)
+            )  # fmt: skip
+            sock.sendall(f.PREFACE + f.settings({}) + calls)
+
+            def all_ended(found):
+                return (
+                    len([1 for k, fl, _, _ in found if k == f.HEADERS and fl & f.END_STREAM]) == 8
+                )
+
+            frames = _read_frames(sock, all_ended)
+        decoder = hpack.Decoder()
+        return [dict(decoder.decode(p)).get("grpc-status") for k, fl, _, p in frames
+                if k == f.HEADERS and fl & f.END_STREAM]  # fmt: skip
+
+    # Each one ends once, with DEADLINE_EXCEEDED or, had it run first, OK.
+    statuses = run_raw(client)
+    assert len(statuses) == 8 and set(statuses) <= {"4", "0"}

@@ -34,16 +34,24 @@ async def _fail(request: bytes, context) -> bytes:
 async def _metadata(request: bytes, context) -> bytes:
     found = dict(context.invocation_metadata())
     remaining = context.time_remaining()
-    return f"{found.get('user')}|{found.get('blob-bin')!r}|{remaining is not None}".encode()
+    fields = (found.get("user"), found.get("blob-bin"), found.get("tenant-id"), remaining)
+    return "|".join(map(str, fields[:3])).encode() + f"|{remaining is not None}".encode()
 
 
 async def _crash(request: bytes, context) -> bytes:
     raise ValueError("a bug")
 
 
+CHATS = {"entered": 0, "left": 0}
+
+
 async def _chat(requests, context):
-    async for request in requests:
-        yield request.upper()
+    CHATS["entered"] += 1
+    try:
+        async for request in requests:
+            yield request.upper()
+    finally:
+        CHATS["left"] += 1
 
 
 async def _count(request: bytes, context) -> None:
@@ -111,10 +119,10 @@ def test_statuses_details_and_trailing_metadata_reach_the_client():
 
 def test_the_handler_sees_the_callers_metadata_and_deadline():
     async def scenario(channel, server):
-        metadata = (("user", "ada"), ("blob-bin", b"\x00\xff"))
+        metadata = (("user", "ada"), ("blob-bin", b"\x00\xff"), ("tenant-id", "7"))
         return await unary(channel, "Metadata")(b"", metadata=metadata, timeout=5)
 
-    assert serve(scenario) == b"ada|b'\\x00\\xff'|True"
+    assert serve(scenario) == b"ada|b'\\x00\\xff'|7|True"
 
 
 def test_a_call_past_its_deadline_ends_deadline_exceeded_and_the_server_goes_on():
@@ -209,3 +217,22 @@ def test_an_idle_connection_is_closed_and_the_client_reconnects():
         return first, closed, await unary(channel, "Echo")(b"2")
 
     assert serve(scenario, idle_s=0.2) == (b"1", True, b"2")
+
+
+def test_a_streaming_call_sent_a_message_past_the_limit_ends_and_its_handler_with_it():
+    async def scenario(channel, server):
+        chat = channel.stream_stream(f"/{SERVICE}/Chat")
+
+        async def requests():
+            yield b"fine"
+            yield b"x" * (LIMIT + 1)
+
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async for _ in chat(requests()):
+                pass
+        await asyncio.sleep(0.1)
+        return refused.value.code(), sum(len(c.streams) for c in server.connections)
+
+    CHATS.update(entered=0, left=0)
+    assert serve(scenario) == (grpc.StatusCode.RESOURCE_EXHAUSTED, 0)
+    assert CHATS == {"entered": 1, "left": 1}
