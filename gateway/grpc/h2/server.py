@@ -65,15 +65,20 @@ class H2Server:
             connection.go_away()
 
     async def stop(self, grace_s: float | None) -> None:
-        """Accept nothing more; calls in flight get `grace_s`, then are cancelled."""
+        """Accept nothing more; calls in flight get `grace_s`, then end CANCELLED, and
+        connections that will not close (a client that stopped reading) are cut."""
         self.stop_accepting()
-        deadline = asyncio.get_running_loop().time() + (grace_s or 0.0)
-        while any(c.streams for c in self.connections):
-            if asyncio.get_running_loop().time() >= deadline:
-                break
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (grace_s or 0.0)
+        while any(c.streams for c in self.connections) and loop.time() < deadline:
             await asyncio.sleep(0.02)
         for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.close()
+            connection.cancel_calls("the server stopped before the call ended")
+            connection.transport.close()
+        deadline = loop.time() + 1.0
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections):
+            connection.transport.abort()
         for server in self._servers:
-            await server.wait_closed()
+            server.close()
