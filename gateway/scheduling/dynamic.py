@@ -79,9 +79,6 @@ class DynamicBatcher:
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
-        # The instance the driver holds while it waits for a batch; a lone request that
-        # the planner sends at once takes it and runs in its caller (`_run_now`).
-        self._held: Any = None
 
     @property
     def pending(self) -> int:
@@ -121,10 +118,8 @@ class DynamicBatcher:
             done = self._last_done = loop.create_future()
         self.arrivals.arrived(now)
         self._ensure_driver()
+        self._arrival.set()
         try:
-            alone = self._held is not None and len(self.queue) == 1 and done is None
-            if not (alone and await self._run_now(now)):
-                self._arrival.set()
             outputs = await pending.future
             if previous is not None:
                 await asyncio.shield(previous)  # answer in arrival order
@@ -155,22 +150,27 @@ class DynamicBatcher:
                 self._arrival.clear()
                 await self._arrival.wait()
                 continue
-            self._held = instance
             try:
                 send = await self._next_batch()
             except asyncio.CancelledError:
-                self._release_held()
+                self.pool.release(instance)
                 raise
             except Exception as exc:  # a bug here must fail the queued requests, not hang them
-                self._release_held()
+                self.pool.release(instance)
                 log.exception("model '%s': the batcher failed", self.rules.model)
                 self._fail_queued(backend_failure(self.rules.model, exc))
                 self._arrival.clear()
                 await self._arrival.wait()  # try again with the next request, not in a spin
                 continue
-            self._held = None
             for queued in send.requests:
                 self.queue.remove(queued)
+            if getattr(instance, "runs_inline", False):
+                # The run holds the event loop either way: run it here, without a task
+                # of its own and the turn of the loop it cost (and the driver's waking
+                # again once it ended).
+                await self._execute(instance, send)
+                del send, instance, queued
+                continue
             task = asyncio.get_running_loop().create_task(self._execute(instance, send))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -199,32 +199,6 @@ class DynamicBatcher:
             elif not acquire.cancelled() and acquire.exception() is None:
                 self.pool.release(acquire.result())
             raise
-
-    def _release_held(self) -> None:
-        if self._held is not None:
-            self.pool.release(self._held)
-            self._held = None
-
-    async def _run_now(self, now: float) -> bool:
-        """Run the one queued request in its caller's task, if the planner would send it
-        at once and the instance runs on the event loop; the driver, parked with the
-        instance, never wakes. Waking it and starting a task for the batch cost two turns
-        of the loop, and its waking again for the next batch a third: about 20 us of an
-        idle model's request on a busy core. Whether it ran."""
-        instance = self._held
-        if not getattr(instance, "runs_inline", False):
-            return False  # a run on a thread or in a worker: the hand-off is worth its turns
-        decision = plan(self.queue, now, self.batching, self.arrivals.per_second(now))
-        if not isinstance(decision, Send):
-            return False
-        for queued in decision.requests:
-            self.queue.remove(queued)
-        self._held = None  # taken while it runs (inline: no other task runs meanwhile)
-        try:
-            await self._execute(instance, decision, hand_back=False)
-        finally:
-            self._held = instance
-        return True
 
     async def _next_batch(self) -> Send:
         while True:
@@ -262,9 +236,7 @@ class DynamicBatcher:
                 )
             )
 
-    async def _execute(self, instance: Any, send: Send, hand_back: bool = True) -> None:
-        """Run `send` on `instance`, then hand the instance back to the pool (unless the
-        caller keeps it: `_run_now`)."""
+    async def _execute(self, instance: Any, send: Send) -> None:
         now = self.clock()
         requests = [p for p in send.requests if not self._dropped(p, now)]
         dispatched = time.perf_counter_ns()
@@ -272,9 +244,8 @@ class DynamicBatcher:
             if requests:
                 await self._run_batch(instance, requests, dispatched)
         finally:
-            if hand_back:
-                self.pool.release(instance)
-                self._arrival.set()  # a free instance is news for the driver too
+            self.pool.release(instance)
+            self._arrival.set()  # a free instance is news for the driver too
 
     def _dropped(self, pending: Pending, now: float) -> bool:
         """Whether a request's client is gone or its deadline passed: it leaves unrun."""
