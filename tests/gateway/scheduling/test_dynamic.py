@@ -54,6 +54,7 @@ def make_batcher(
     max_queue_size: int = 100,
     queue_budget_ms: float = 60_000.0,  # no admission refusals unless a test asks
     adaptive_window: bool = False,  # Triton's window unless a test asks
+    cores: int | None = None,  # the cores the instances see (1: runs up to 1 ms go inline)
 ):
     config = text_format.Parse(
         f'name: "m" max_batch_size: {max_batch_size} '
@@ -62,7 +63,7 @@ def make_batcher(
         f"dynamic_batching {{ {batching} }}",
         mc.ModelConfig(),
     )
-    pool = InstancePool([Instance(b, f"i{n}") for n, b in enumerate(backends)])
+    pool = InstancePool([Instance(b, f"i{n}", cores) for n, b in enumerate(backends)])
     return DynamicBatcher(
         pool, RequestRules.from_config(config), {"y": "FP32"}, ModelStatistics("m", "1"),
         config.dynamic_batching, max_batch_size, max_queue_size, queue_budget_ms,
@@ -327,6 +328,27 @@ def test_under_load_batches_still_fill_to_the_preferred_size():
     assert sum(sizes) == 96
     # The first batch may go alone, before any company was seen; the rest fill up.
     assert sum(size == 8 for size in sizes) >= len(sizes) - 2
+
+
+class InlineBackend(DoublingBackend):
+    """Quick enough to run on the event loop itself (Instance.runs_inline)."""
+
+    def inline_capable(self) -> bool:
+        return True
+
+
+def test_batches_that_run_on_the_event_loop_fill_under_load_too():
+    # The driver runs an inline batch itself; a lone request must still not run ahead of
+    # the others that arrive in the same turn of the loop (each would then run alone).
+    backend = InlineBackend(sleep_s=0.0005)
+    batcher = make_batcher(
+        [backend], "max_queue_delay_microseconds: 20000 preferred_batch_size: [ 8 ]",
+        adaptive_window=True, cores=1,
+    )  # fmt: skip
+    closed_loop_clients(batcher, clients=16, requests=6)
+    sizes = [len(batch) for batch in backend.batches]
+    assert sum(sizes) == 96 and batcher.pool.instances[0].runs_inline
+    assert sum(size == 8 for size in sizes) >= len(sizes) - 2, sizes
 
 
 def test_fewer_clients_than_a_batch_do_not_wait_out_the_window():
