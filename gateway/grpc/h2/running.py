@@ -51,6 +51,10 @@ async def run_call(connection: Any, stream: Stream) -> None:
         else:  # the server is stopping (a call the client reset is already forgotten)
             connection.end_call(stream, CANCELLED, "the call was cancelled")
     except Exception as exc:
+        if context.code:  # a status the handler set before it raised (grpc's generated
+            # servicer: UNIMPLEMENTED for a method the service does not override)
+            connection.end_call(stream, context.code, context.details, context.trailing)
+            return
         connection.end_call(stream, INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
         raise  # logged where the task ends (Connection._after)
 

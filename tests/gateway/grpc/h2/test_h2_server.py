@@ -42,6 +42,12 @@ async def _crash(request: bytes, context) -> bytes:
     raise ValueError("a bug")
 
 
+async def _unimplemented(request: bytes, context) -> bytes:
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)  # as grpc's generated servicer does
+    context.set_details("Method not implemented!")
+    raise NotImplementedError("Method not implemented!")
+
+
 CHATS = {"entered": 0, "left": 0}
 
 
@@ -65,6 +71,7 @@ HANDLERS = {
     "Fail": grpc.unary_unary_rpc_method_handler(_fail),
     "Metadata": grpc.unary_unary_rpc_method_handler(_metadata),
     "Crash": grpc.unary_unary_rpc_method_handler(_crash),
+    "Unimplemented": grpc.unary_unary_rpc_method_handler(_unimplemented),
     "Chat": grpc.stream_stream_rpc_method_handler(_chat),
     "Count": grpc.unary_stream_rpc_method_handler(_count),
 }
@@ -107,9 +114,12 @@ def test_statuses_details_and_trailing_metadata_reach_the_client():
             await unary(channel, "Crash")(b"")
         with pytest.raises(grpc.aio.AioRpcError) as unknown:
             await channel.unary_unary(f"/{SERVICE}/Nope")(b"")
-        return failed.value, crashed.value, unknown.value
+        with pytest.raises(grpc.aio.AioRpcError) as unimplemented:
+            await unary(channel, "Unimplemented")(b"")
+        return failed.value, crashed.value, unknown.value, unimplemented.value
 
-    failed, crashed, unknown = serve(scenario)
+    failed, crashed, unknown, unimplemented = serve(scenario)
+    assert unimplemented.code() == grpc.StatusCode.UNIMPLEMENTED
     assert failed.code() == grpc.StatusCode.UNAVAILABLE
     assert failed.details() == "down for now: 100% ünïcode"
     assert ("retry-hint", "later") in tuple(failed.trailing_metadata())
