@@ -167,9 +167,15 @@ class DynamicBatcher:
             if getattr(instance, "runs_inline", False):
                 # The run holds the event loop either way: run it here, without a task
                 # of its own and the turn of the loop it cost (and the driver's waking
-                # again once it ended).
-                await self._execute(instance, send)
+                # again once it ended). An instance that says it runs inline never
+                # suspends in run(), so nothing here waits on anything.
+                try:
+                    await self._execute(instance, send)
+                except Exception:  # the batch's own failures are answered in _execute
+                    log.exception("model '%s': a batch failed", self.rules.model)
                 del send, instance, queued
+                if self.queue.rows:  # more may go at once: let the loop turn first, so
+                    await asyncio.sleep(0)  # callers are answered and sockets read
                 continue
             task = asyncio.get_running_loop().create_task(self._execute(instance, send))
             self._running.add(task)
@@ -238,11 +244,10 @@ class DynamicBatcher:
 
     async def _execute(self, instance: Any, send: Send) -> None:
         now = self.clock()
-        requests = [p for p in send.requests if not self._dropped(p, now)]
-        dispatched = time.perf_counter_ns()
         try:
+            requests = [p for p in send.requests if not self._dropped(p, now)]
             if requests:
-                await self._run_batch(instance, requests, dispatched)
+                await self._run_batch(instance, requests, time.perf_counter_ns())
         finally:
             self.pool.release(instance)
             self._arrival.set()  # a free instance is news for the driver too

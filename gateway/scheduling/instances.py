@@ -87,6 +87,9 @@ class Instance:
 
     @property
     def runs_inline(self) -> bool:
+        """Whether the next run happens on the event loop, without suspending: the
+        batcher's driver then runs the batch itself (an instance type that says True must
+        never await in run())."""
         if not self._inline_capable:
             return False
         limit = inline_limit_ns(self._single_core)

@@ -4,6 +4,7 @@ response, whatever the handler's shape (unary or streaming either way)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,8 @@ import grpc
 from gateway.grpc.h2.calls import CANCELLED, DEADLINE_EXCEEDED, INTERNAL, CallError, decode, framed
 from gateway.grpc.h2.headers import trailers
 from gateway.grpc.h2.stream import Stream
+
+log = logging.getLogger(__name__)
 
 
 async def run_call(connection: Any, stream: Stream) -> None:
@@ -53,6 +56,8 @@ async def run_call(connection: Any, stream: Stream) -> None:
     except Exception as exc:
         if context.code:  # a status the handler set before it raised (grpc's generated
             # servicer: UNIMPLEMENTED for a method the service does not override)
+            log.debug("gRPC call %s raised after setting its status", context.headers.path,
+                      exc_info=exc)  # fmt: skip
             connection.end_call(stream, context.code, context.details, context.trailing)
             return
         connection.end_call(stream, INTERNAL, f"internal error: {type(exc).__name__}: {exc}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import numpy as np
@@ -349,6 +350,36 @@ def test_batches_that_run_on_the_event_loop_fill_under_load_too():
     sizes = [len(batch) for batch in backend.batches]
     assert sum(sizes) == 96 and batcher.pool.instances[0].runs_inline
     assert sum(size == 8 for size in sizes) >= len(sizes) - 2, sizes
+
+
+def test_a_backlog_of_inline_batches_lets_the_loop_turn_between_batches():
+    turns = {"n": 0}
+
+    class Counting(InlineBackend):
+        def run(self, inputs, output_names):
+            self.seen_turns.append(turns["n"])
+            return super().run(inputs, output_names)
+
+    backend = Counting(sleep_s=0.0002)
+    backend.seen_turns = []
+    batcher = make_batcher([backend], cores=1)
+
+    async def go():
+        async def count_turns():
+            while True:
+                turns["n"] += 1
+                await asyncio.sleep(0)
+
+        counter = asyncio.create_task(count_turns())
+        await batcher.infer(request(0.0))  # the first run goes on the thread, and times it
+        await gather(batcher, [request(float(k)) for k in range(48)])  # 6 full batches
+        counter.cancel()
+        await batcher.close()
+
+    asyncio.run(go())
+    seen = backend.seen_turns[1:]  # the inline runs
+    between = [later - earlier for earlier, later in itertools.pairwise(seen)]
+    assert len(between) >= 5 and min(between) >= 1, backend.seen_turns
 
 
 def test_fewer_clients_than_a_batch_do_not_wait_out_the_window():
