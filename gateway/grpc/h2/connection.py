@@ -20,6 +20,7 @@ from gateway.grpc.h2.calls import (
     Context,
     Messages,
 )
+from gateway.grpc.h2.coalesce import CoalescingTransport
 from gateway.grpc.h2.headers import (
     MAX_HEADER_BLOCK,
     MAX_HEADER_LIST,
@@ -45,7 +46,7 @@ class Connection(CallTable, asyncio.Protocol):
     def __init__(self, server: Any) -> None:
         """`server`: the H2Server (its methods, limits and set of connections)."""
         self.server = server
-        self.transport: asyncio.Transport | None = None
+        self.transport: CoalescingTransport | None = None
         self.writer: Writer | None = None
         self.decoder = HeaderDecoder()
         self.streams: dict[int, Stream] = {}
@@ -64,7 +65,8 @@ class Connection(CallTable, asyncio.Protocol):
     # ---- the connection's life -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        self.transport = CoalescingTransport(transport, loop, lambda: len(self.streams) > 1)
         self.writer = Writer(self.transport, self._sent)
         address = transport.get_extra_info("peername")
         if address:

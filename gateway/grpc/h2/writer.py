@@ -8,12 +8,13 @@ import asyncio
 from collections.abc import Callable, Iterable
 
 from gateway.grpc.h2 import frames as f
+from gateway.grpc.h2.coalesce import CoalescingTransport
 from gateway.grpc.h2.headers import RESPONSE_HEADERS
 from gateway.grpc.h2.stream import Stream
 
 
 class Writer:
-    def __init__(self, transport: asyncio.Transport, sent: Callable[[Stream], None]) -> None:
+    def __init__(self, transport: CoalescingTransport, sent: Callable[[Stream], None]) -> None:
         """`sent` is called when a stream's held trailers have finally gone out."""
         self.transport = transport
         self.sent = sent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 
 import hpack
@@ -9,6 +10,7 @@ import pytest
 
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.calls import RESOURCE_EXHAUSTED, UNIMPLEMENTED, CallError, Messages
+from gateway.grpc.h2.coalesce import CoalescingTransport
 from gateway.grpc.h2.headers import BadCall, HeaderDecoder, call_headers, trailers
 
 HEADERS = [
@@ -107,3 +109,42 @@ def test_frames_settings_round_trip_and_bad_ones_are_named():
         f.parse_settings(f.settings({f.MAX_FRAME_SIZE: 100})[9:])
     with pytest.raises(f.H2Error, match="padding"):
         f.strip_padding(b"\x05abc", f.PADDED)
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_writes_of_a_busy_connection_leave_together_in_order_and_before_a_close():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        busy = {"now": True}
+        raw = _Recording()
+        transport = CoalescingTransport(raw, loop, lambda: busy["now"])
+        for piece in (b"a", b"b", b"c"):
+            transport.write(piece)
+        held = list(raw.writes)
+        await asyncio.sleep(0)
+        after_turn = list(raw.writes)
+        busy["now"] = False
+        transport.write(b"d")  # one call in flight: at once
+        transport_closed_with = _Recording()
+        closing = CoalescingTransport(transport_closed_with, loop, lambda: True)
+        closing.write(b"last")
+        closing.close()
+        return held, after_turn, raw.writes, transport_closed_with.writes
+
+    held, after_turn, final, closed = asyncio.run(scenario())
+    assert held == [] and after_turn == [b"abc"] and final == [b"abc", b"d"]
+    assert closed == [b"last"]

@@ -1,0 +1,70 @@
+"""A transport whose writes within one turn of the event loop leave in one send.
+
+Under load one turn answers many calls of a connection, and a send per answer cost
+more than the rest of the answer (about a quarter of a `simple` call's server time at
+concurrency 64, profiled). The bytes keep their order, and leave at the latest when
+the loop next turns, or at once when the transport closes. A connection with at most
+one call in flight has nothing to gather: its bytes leave at once (waiting for the
+turn cost a lone client 10% of its calls a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+
+class CoalescingTransport:
+    __slots__ = ("_transport", "_loop", "_busy", "_pending", "_scheduled")
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        busy: Callable[[], bool],
+    ) -> None:
+        """`busy`: whether the connection has more than one call in flight."""
+        self._transport = transport
+        self._loop = loop
+        self._busy = busy
+        self._pending: list[bytes] = []
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        if not self._pending and not self._busy():
+            if not self._transport.is_closing():
+                self._transport.write(data)
+            return
+        self._pending.append(data)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if self._pending:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
