@@ -19,7 +19,7 @@ from gateway.grpc.h2.headers import CallHeaders
 
 # gRPC status codes by name, as numbers on the wire.
 STATUS = {code: code.value[0] for code in grpc.StatusCode}
-CANCELLED, UNKNOWN, INTERNAL = 1, 2, 13
+CANCELLED, INTERNAL = 1, 13
 DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNIMPLEMENTED = 4, 8, 12
 
 
@@ -30,21 +30,6 @@ class CallError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-class Registry:
-    """Collects method handlers the way grpc's generated `add_..._to_server` hands them
-    to a server: by full method name ("/package.Service/Method")."""
-
-    def __init__(self) -> None:
-        self.methods: dict[str, grpc.RpcMethodHandler] = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass  # the same methods also come through add_registered_method_handlers
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        for method, handler in handlers.items():
-            self.methods[f"/{service}/{method}"] = handler
 
 
 class Context:

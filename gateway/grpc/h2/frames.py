@@ -100,21 +100,6 @@ def strip_padding(payload: bytes, flags: int) -> bytes:
     return payload
 
 
-def data_frames(stream: int, data: bytes, max_frame: int, end_stream: bool) -> list[bytes]:
-    """`data` in DATA frames of at most `max_frame` bytes; the last ends the stream if
-    asked."""
-    if not data:
-        return [frame(DATA, END_STREAM if end_stream else 0, stream)]
-    frames = []
-    view = memoryview(data)
-    for start in range(0, len(data), max_frame):
-        piece = view[start : start + max_frame]
-        last = start + max_frame >= len(data)
-        flags = END_STREAM if (last and end_stream) else 0
-        frames.append(frame(DATA, flags, stream, bytes(piece)))
-    return frames
-
-
 def header_frames(stream: int, block: bytes, end_stream: bool, max_frame: int) -> bytes:
     """A header block as HEADERS, and CONTINUATION frames where it is larger than the
     client's largest frame."""

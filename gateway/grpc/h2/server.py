@@ -15,7 +15,6 @@ import socket
 import ssl
 from typing import Any
 
-from gateway.grpc.h2.calls import Registry
 from gateway.grpc.h2.connection import Connection
 
 
@@ -30,8 +29,8 @@ class H2Server:
         idle_s: float,
         max_connections: int,
     ) -> None:
-        self.registry = Registry()
-        self.methods = self.registry.methods
+        # Handlers by full method name ("/package.Service/Method").
+        self.methods: dict[str, Any] = {}
         self.max_message_bytes = max_message_bytes
         self.max_streams = max_streams
         self.idle_s = idle_s
@@ -41,10 +40,11 @@ class H2Server:
 
     # grpc's generated code registers its handlers through these two.
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        self.registry.add_generic_rpc_handlers(handlers)
+        pass  # the same methods also come through add_registered_method_handlers
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        self.registry.add_registered_method_handlers(service, handlers)
+        for method, handler in handlers.items():
+            self.methods[f"/{service}/{method}"] = handler
 
     async def start(self, sock: socket.socket, context: ssl.SSLContext | None = None) -> None:
         """Serve on a bound socket (its own, or one shared with other processes through
