@@ -52,9 +52,12 @@ SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 RUN python3.11 -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY accel_base ./accel_base
+COPY workers ./workers
 COPY gateway ./gateway
 COPY backends ./backends
 COPY models ./models
+COPY loadtests ./loadtests
 # torch (in the torch, minilm, models and test extras) is pinned in pyproject; the PyTorch
 # index has that release as a CPU-only build (a local version, 2.13.0+cpu, that pip prefers),
 # without PyPI's gigabytes of CUDA libraries. The package names in EXTRA_PACKAGES are the

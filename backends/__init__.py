@@ -27,6 +27,10 @@ class Platform:
     extra: str  # the pip extra that installs the framework
     artifact: str  # the file a version directory holds when the config names none
     optional_inputs: bool = False  # whether run() accepts a batch without `optional` inputs
+    # Whether its batches go as the requests they merge (run_requests), each answered
+    # on its own: Triton's Python backend, whose execute() takes a list of requests.
+    per_request: bool = False
+    warm_up: bool = True  # whether a batch of zeros may run at load (not a user's code)
 
 
 _ONNX = Platform("backends.onnx_runtime", "OnnxRuntimeBackend", "onnx", "model.onnx", True)
@@ -47,6 +51,15 @@ PLATFORMS: dict[str, Platform] = {
     "jax_export": Platform("backends.jax_export", "JaxExportBackend", "jax", "model.jax"),
     "tvm": Platform("backends.tvm_backend", "TvmBackend", "tvm", "model.onnx"),
     "opencl": Platform("backends.opencl", "OpenClBackend", "opencl", "model.onnx"),
+    "python": Platform(
+        "backends.python.backend",
+        "PythonBackend",
+        "",
+        "model.py",
+        optional_inputs=True,
+        per_request=True,
+        warm_up=False,
+    ),  # fmt: skip
 }
 
 

@@ -83,7 +83,6 @@ def _spec(name: str, aval, model: str) -> TensorSpec:
 
 
 class JaxExportBackend(BucketedBackend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         try:

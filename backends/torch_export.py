@@ -64,7 +64,6 @@ def _batch_limit(shape, ranges: dict) -> int | None:
 
 
 class TorchExportBackend(BucketedBackend):
-
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         self._device = torch_device(device, config.name)

@@ -20,6 +20,7 @@ from gateway import SERVER_NAME, __version__
 from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
 from gateway.model import ModelVersion
+from gateway.model_calls import ModelCalls
 from gateway.repository import ModelRepository
 from gateway.routing.router import RouterModel
 from gateway.shared_memory import SharedMemoryRegistry
@@ -54,6 +55,8 @@ class InferenceCore(SharedMemoryCalls):
         # Refuses a share of new inference requests while the event loop runs late; the
         # fronts ask it before reading a request (gateway/shedding.py).
         self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
+        # Python models call other models through the core, as a client would.
+        self.model_calls = repository.model_calls = ModelCalls(self.infer)
 
     # ---- health and metadata ---------------------------------------------------------
 

@@ -154,6 +154,8 @@ class ModelVersion:
         # On demand: called when the last request in flight is answered, since a load
         # waiting for room may evict this model now (gateway/placement/room.py).
         self.on_idle: Callable[[], None] | None = None
+        info = platform_info(platform_of(config))
+        self._warms_up = info.warm_up
         rules = RequestRules.from_config(config)
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         budget_ms = queue_budget(config, queue_budget_ms)
@@ -162,12 +164,13 @@ class ModelVersion:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
                 config.max_batch_size, max_queue_size, budget_ms, instances[0].allowed_batch_sizes,
-                adaptive_window=adaptive_window(config),
+                adaptive_window=adaptive_window(config), per_request=info.per_request,
             )  # fmt: skip
         else:
             self.scheduler = DirectScheduler(
-                self.pool, rules, output_datatypes, self.stats, max_queue_size, budget_ms
-            )
+                self.pool, rules, output_datatypes, self.stats, max_queue_size, budget_ms,
+                info.per_request,
+            )  # fmt: skip
 
     @classmethod
     def plan(cls, model_dir: Path, version: int, config: mc.ModelConfig) -> LoadPlan:
@@ -201,12 +204,17 @@ class ModelVersion:
         queue_budget_ms: float,
         backend_nice: int = 0,
         spares: SpareWorkers | None = None,
+        model_calls: str | None = None,
     ) -> ModelVersion:
         """Load one instance on each of `devices` (blocking: call from a worker thread).
         Backends run `backend_nice` steps below the gateway's priority (accel_base/cpu.py);
-        workers come from `spares` where given."""
+        workers come from `spares` where given, and call other models at `model_calls`
+        (a Python model's socket: gateway/model_calls.py)."""
         config, platform, version = plan.config, plan.platform, plan.version
-        settings = dataclasses.replace(worker_settings(config), nice=backend_nice, spares=spares)
+        settings = dataclasses.replace(
+            worker_settings(config), nice=backend_nice, spares=spares, model_calls=model_calls
+        )
+        waits_inline = not platform_info(platform).per_request  # its runs may call models
         single_core = usable_cores() == 1
         instances: list[Any] = []
         try:
@@ -217,8 +225,13 @@ class ModelVersion:
                         spawn_worker, name, platform, plan.artifact, config, device, settings,
                         os.getpid(),
                     )  # fmt: skip
-                    instance = ProcessInstance(name, config.name, spawn, settings, single_core)
+                    instance = ProcessInstance(
+                        name, config.name, spawn, settings, single_core, waits_inline
+                    )
                     specs = instance.loaded.inputs, instance.loaded.outputs
+                    completed = instance.loaded.completed_config  # by the model's own code
+                    if completed is not None and len(instances) == 0:
+                        config.CopyFrom(completed)
                 else:
                     make = functools.partial(backend_class(platform), plan.artifact, config, device)
                     instance = Instance.load(make, name, backend_nice)
@@ -247,6 +260,8 @@ class ModelVersion:
     async def warm_up(self) -> None:
         """Run every instance once on a batch of the largest size (zeros, empty strings),
         so that what the backend allocates on its first run counts in its footprint."""
+        if not self._warms_up:  # a user's code, which zeros may upset (a Python model)
+            return
         feed = warm_up_inputs(self.config, self.pool.instances[0].allowed_batch_sizes)
         names = [t.name for t in self.config.output]
         for instance in self.pool.instances:

@@ -27,6 +27,7 @@ from accel_base.errors import GatewayError, InvalidArgument, NotFound, Permissio
 from accel_base.proto import model_config_pb2 as mc
 from gateway import heap
 from gateway.model import ModelVersion
+from gateway.model_calls import ModelCalls
 from gateway.model_config import check_config, parse_config_dict, read_config
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
 from gateway.on_demand import OnDemand, is_pinned
@@ -38,6 +39,7 @@ from gateway.routing.config import is_router
 from gateway.routing.loading import load_router
 from gateway.routing.router import RouterModel
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
+from gateway.scheduling.execution import PROCESS_ONLY
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.spares import SpareWorkers
 from gateway.scheduling.window import adaptive_window
@@ -115,6 +117,8 @@ class ModelRepository:
         # On demand, GPU workers start ahead with their framework imported.
         self.spares = SpareWorkers(self.memory.load_concurrency) if on_demand else None
         self._settling: asyncio.TimerHandle | None = None
+        # Set by the core: the socket Python models call other models on.
+        self.model_calls: ModelCalls | None = None
         self.on_demand = OnDemand(self)
 
     # ---- queries -------------------------------------------------------------------
@@ -368,6 +372,9 @@ class ModelRepository:
         if is_router(config):
             return await load_router(config, version, self._load_variant, self.serving, self.get)
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
+        calls = None  # where a Python model calls other models (gateway/model_calls.py)
+        if plan.platform in PROCESS_ONLY and self.model_calls is not None:
+            calls = await self.model_calls.start()
 
         def load(devices: list) -> ModelVersion:
             return ModelVersion.load(
@@ -377,6 +384,7 @@ class ModelRepository:
                 self.queue_budget_ms,
                 self.backend_nice,
                 self.spares,
+                calls,
             )
 
         return await self.memory.load(

@@ -235,6 +235,7 @@ class Gateway:
         if self._shedding is not None:
             self._shedding.cancel()
         await self.repository.unload_all()
+        await self.core.model_calls.close()
         log.info("accel-gateway stopped")
 
     async def _set_serving(self, serving: bool) -> None:

@@ -21,6 +21,17 @@ def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -
     return start_gateway(repository, *args, log_path=log_path, **kwargs)
 
 
+def both_clients(server: GatewayProcess) -> list:
+    """An unmodified tritonclient of each protocol, HTTP first, for `server`."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    return [
+        httpclient.InferenceServerClient(server.http_url),
+        grpcclient.InferenceServerClient(server.grpc_url),
+    ]
+
+
 class ExampleBuild(NamedTuple):
     repo: Path
     names: list[str]

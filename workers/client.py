@@ -44,7 +44,12 @@ class LoadedModel:
     outputs: list[TensorSpec]
     allowed_batch_sizes: tuple[int, ...] | None
     memory_bytes: int
+    completed_config: mc.ModelConfig | None = None  # where the backend completed it
 
+
+# (outputs, run ns, failures: (request index, error class name, message) of a per-request
+# run, else empty)
+Reply = tuple[dict[str, np.ndarray], int, list]
 
 MAX_LAYOUTS = 64  # input shapes whose places in the arena are remembered
 
@@ -121,13 +126,14 @@ class WorkerProcess:
         reply, fds = self._wait_reply(timeout_s, "load the model")
         if reply[0] == "failed":
             raise WorkerError(reply[1], reply[2])
-        _, inputs, outputs, allowed, memory, output_size = reply
+        _, inputs, outputs, allowed, memory, output_size, completed = reply
         self.outputs = Arena(output_size, fd=fds[0])
         return LoadedModel(
             [TensorSpec(n, d, tuple(s)) for n, d, s in inputs],
             [TensorSpec(n, d, tuple(s)) for n, d, s in outputs],
             tuple(allowed) if allowed is not None else None,
             memory,
+            mc.ModelConfig.FromString(completed) if completed is not None else None,
         )
 
     def prepare(self, platform: str) -> None:
@@ -198,7 +204,14 @@ class WorkerProcess:
         layout = self._layouts[key] = _Layout(views, descriptors, end, tuple(loose))
         return layout
 
-    def send_run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> None:
+    def send_run(
+        self,
+        inputs: dict[str, np.ndarray],
+        output_names: list[str],
+        requests: list[tuple] | None = None,
+    ) -> None:
+        """Send a batch; `requests`, for a per-request backend, says which rows are whose
+        (workers/protocol.py)."""
         staged, self._staged = self._staged, None
         if staged is not None and staged[0] is inputs:  # merged into the staged arrays
             layout = staged[1]
@@ -222,7 +235,7 @@ class WorkerProcess:
                 descriptors = descriptors + placed[0]
         assert self.inputs is not None and self.outputs is not None
         start, limit = self.leases.window(self.outputs.size)
-        message = ("run", descriptors, output_names, start, limit, self.inputs.size)
+        message = ("run", descriptors, output_names, start, limit, self.inputs.size, requests)
         fds = (self.inputs.fd,) if self._send_inputs_fd else ()
         protocol.send(self.sock, message, fds)
         self._send_inputs_fd = False
@@ -241,7 +254,7 @@ class WorkerProcess:
         # poll, not select: select refuses descriptors numbered 1024 and up.
         return bool(self._poll.poll(max(math.ceil(timeout_s * 1000), 0)))
 
-    def reply_within(self, timeout_s: float) -> tuple[dict[str, np.ndarray], int] | None:
+    def reply_within(self, timeout_s: float) -> Reply | None:
         """take_reply() if the reply comes within `timeout_s`, else None (it may come later).
 
         A poll, then the receive: the socket may be in non-blocking mode, as uvloop puts
@@ -250,8 +263,9 @@ class WorkerProcess:
             return None
         return self.take_reply()
 
-    def take_reply(self) -> tuple[dict[str, np.ndarray], int]:
-        """The outputs (views leased from the output arena) and the backend's run time."""
+    def take_reply(self) -> Reply:
+        """The outputs (views leased from the output arena), the backend's run time, and
+        the failed requests of a per-request run."""
         try:
             reply, fds = protocol.receive(self.sock)
         except (EOFError, ConnectionError):
@@ -259,13 +273,13 @@ class WorkerProcess:
             raise WorkerGone("the worker process closed its socket") from None
         if reply[0] == "failed":
             raise WorkerError(reply[1], reply[2])
-        _, descriptors, run_ns, output_size = reply
+        _, descriptors, run_ns, output_size, failures = reply
         if fds:  # the worker grew its output arena
             assert self.outputs is not None
             self.outputs.close()
             self.outputs = Arena(output_size, fd=fds[0])
             self.leases.forget()
-        return self._lease(descriptors), run_ns
+        return self._lease(descriptors), run_ns, failures
 
     def _lease(self, descriptors: list[protocol.Descriptor]) -> dict[str, np.ndarray]:
         assert self.outputs is not None

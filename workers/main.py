@@ -86,14 +86,17 @@ class Worker:
             ]
             allowed = self.backend.allowed_batch_sizes()
             memory = self.backend.memory_bytes()
-            reply = ("loaded", specs[0], specs[1], allowed, memory, self.outputs.size)
+            completed = getattr(self.backend, "completed_config", lambda: None)()
+            completed_bytes = completed.SerializeToString() if completed is not None else None
+            reply = ("loaded", specs[0], specs[1], allowed, memory, self.outputs.size,
+                     completed_bytes)  # fmt: skip
         except Exception as exc:  # the reason goes to the gateway's repository index
             protocol.send(self.sock, _failure(exc))
             return
         protocol.send(self.sock, reply, (self.outputs.fd,))
 
     def _run(self, message: tuple, fds: list[int]) -> None:
-        _, descriptors, output_names, start, limit, input_size = message
+        _, descriptors, output_names, start, limit, input_size, requests = message
         if fds:  # the gateway grew its input arena
             self._views.clear()
             if self.inputs is not None:
@@ -104,7 +107,11 @@ class Worker:
                 raise RuntimeError("the worker has no model loaded")
             inputs = self._read_inputs(descriptors)
             began = time.perf_counter_ns()
-            outputs = self.backend.run(inputs, output_names)
+            failures: list = []
+            if requests is None:
+                outputs = self.backend.run(inputs, output_names)
+            else:  # each request answered on its own (backends.python)
+                outputs, failures = self.backend.run_requests(inputs, output_names, requests)
             run_ns = time.perf_counter_ns() - began
             placed = protocol.write_tensors(self.outputs.buffer, outputs, start, limit)
             new_fd: tuple[int, ...] = ()
@@ -114,7 +121,7 @@ class Worker:
                 placed = protocol.write_tensors(self.outputs.buffer, outputs, 0, self.outputs.size)
                 assert not isinstance(placed, int)
                 new_fd = (self.outputs.fd,)
-            reply: tuple = ("ran", placed[0], run_ns, self.outputs.size)
+            reply: tuple = ("ran", placed[0], run_ns, self.outputs.size, failures)
         except Exception as exc:  # the backend's failure fails this batch only
             reply, new_fd = _failure(exc), ()
         protocol.send(self.sock, reply, new_fd)

@@ -8,15 +8,20 @@ length before each element), every other datatype as its raw little-endian array
 
 Requests, gateway -> worker:
     ("load", platform, artifact, config bytes, device kind, device index)
-    ("run", input descriptors, output names, output start, output limit, input arena size)
-        the input arena's descriptor travels with the first run that uses a new arena
+    ("run", input descriptors, output names, output start, output limit, input arena size,
+     requests)
+        the input arena's descriptor travels with the first run that uses a new arena;
+        `requests` is None, or for a per-request backend (backends.python) one
+        (rows, output names, parameters, request id, correlation id) per merged request
     ("unload",)
 Replies, worker -> gateway:
-    ("loaded", inputs, outputs, allowed batch sizes or None, memory bytes, output arena size)
+    ("loaded", inputs, outputs, allowed batch sizes or None, memory bytes, output arena size,
+     completed config bytes or None)
         (like the load, it may be large: many tensors)
-        with the output arena's descriptor
-    ("ran", output descriptors, run ns, output arena size)
-        the output arena's descriptor travels with the first reply that uses a new arena
+        with the output arena's descriptor; the config when the backend completed it
+    ("ran", output descriptors, run ns, output arena size, failures)
+        the output arena's descriptor travels with the first reply that uses a new arena;
+        failures: (request index, error class name, message) of per-request runs
     ("failed", error class name, message)
     ("unloaded",)
 """

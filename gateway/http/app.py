@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from accel_base.config_json import config_to_json
 from accel_base.errors import GatewayError, InvalidArgument
 from gateway.core import InferenceCore
 from gateway.http import fields
@@ -18,7 +19,6 @@ from gateway.http.body import read_body
 from gateway.http.codec import parse_json
 from gateway.http.fields import brief, get_bool, get_string, non_negative_int
 from gateway.http.openapi import OPENAPI_PATH, openapi_document
-from gateway.model_config import config_to_json
 
 log = logging.getLogger(__name__)
 

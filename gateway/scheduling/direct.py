@@ -13,6 +13,7 @@ import time
 from accel_base.errors import Cancelled, GatewayError, Unavailable
 from gateway.inference import InferRequest, InferResponse
 from gateway.scheduling.admission import Admission, deadline_of
+from gateway.scheduling.per_request import request_info, run_requests
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
@@ -28,8 +29,10 @@ class DirectScheduler:
         stats: ModelStatistics,
         max_queue_size: int,
         queue_budget_ms: float,
+        per_request: bool = False,
     ) -> None:
         self.pool = pool
+        self.per_request = per_request  # the backend answers each request on its own
         self.rules = rules
         self.output_datatypes = output_datatypes
         self.stats = stats
@@ -75,7 +78,16 @@ class DirectScheduler:
                 f"request to model '{self.rules.model}' reached its deadline before it ran"
             )
         try:
-            outputs, infer_ns = await instance.run(feed, output_names)
+            if self.per_request:  # scheduling/per_request.py
+                info = request_info(request, max(batch_size, 1), output_names)
+                parts, infer_ns, failures = await run_requests(
+                    instance, feed, output_names, [info], self.rules.model
+                )
+                if failures:
+                    raise failures[0]
+                outputs = parts[0]
+            else:
+                outputs, infer_ns = await instance.run(feed, output_names)
         except Exception as exc:  # the backend's own failure, reported with its message
             self.stats.record_failure(time.perf_counter_ns() - start, "BACKEND")
             raise backend_failure(self.rules.model, exc) from exc

@@ -21,6 +21,7 @@ from accel_base.errors import Cancelled, GatewayError, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
 from gateway.scheduling.admission import Admission, Overloaded, deadline_of, int_parameter
+from gateway.scheduling.per_request import Failures, request_info, run_requests
 from gateway.scheduling.planner import BatchingRules, Send, plan
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.queue import Pending, RequestQueue
@@ -54,6 +55,7 @@ class DynamicBatcher:
         allowed_batch_sizes: tuple[int, ...] | None = None,
         clock: Callable[[], float] = time.monotonic,
         adaptive_window: bool = True,
+        per_request: bool = False,
     ) -> None:
         self.pool = pool
         self.rules = rules
@@ -68,6 +70,7 @@ class DynamicBatcher:
         )
         self.arrivals = ArrivalRate()
         self.preserve_ordering = config.preserve_ordering
+        self.per_request = per_request  # the backend answers each request on its own
         self.allowed_batch_sizes = allowed_batch_sizes
         self.clock = clock
         # A backlog runs as batches of max_batch_size rows (the planner sends a full batch
@@ -282,14 +285,22 @@ class DynamicBatcher:
             merged = batching.merge_padded(
                 [p.feed for p in requests], rows, padded_rows, instance.allocator()
             )
-            outputs, infer_ns = await instance.run(merged, output_names)
+            failures: Failures = {}
+            if self.per_request:  # answered request by request (scheduling/per_request.py)
+                infos = [request_info(p.context.request, p.rows, p.output_names) for p in requests]
+                parts, infer_ns, failures = await run_requests(
+                    instance, merged, output_names, infos, self.rules.model
+                )
+            else:
+                outputs, infer_ns = await instance.run(merged, output_names)
             # The backend's time, not the loop's.
             self.admission.observe(infer_ns / 1e9, rows, (id(instance), padded_rows))
             ran = time.perf_counter_ns()
-            missing = [name for name in output_names if name not in outputs]
-            if missing:
-                raise batching.BatchShapeError(f"the backend returned no output {missing}")
-            parts = batching.split(outputs, row_counts, padded_rows)
+            if not self.per_request:
+                missing = [name for name in output_names if name not in outputs]
+                if missing:
+                    raise batching.BatchShapeError(f"the backend returned no output {missing}")
+                parts = batching.split(outputs, row_counts, padded_rows)
         except Exception as exc:  # the batch fails only its own requests
             error = backend_failure(self.rules.model, exc)
             for pending in requests:
@@ -303,9 +314,15 @@ class DynamicBatcher:
         self.stats.record_execution(
             padded_rows, len(requests), (ran - start) - infer_ns, infer_ns, done - ran, rows=rows
         )
-        for pending, part in zip(requests, parts, strict=True):
+        for index, (pending, part) in enumerate(zip(requests, parts, strict=True)):
             context = pending.context
-            if not pending.future.done():
+            if pending.future.done():
+                continue
+            failure = failures.get(index) if failures else None
+            if failure is not None:  # this request alone failed (a per-request backend)
+                self.stats.record_failure(done - context.start_ns, "BACKEND")
+                pending.future.set_exception(failure)
+            else:
                 pending.future.set_result(part)
                 queue_ns = start - context.start_ns
                 self.stats.record_success(done - context.start_ns, queue_ns)

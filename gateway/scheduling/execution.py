@@ -7,7 +7,8 @@ Config parameters (ModelConfig.parameters, string values as Triton has them):
     worker_max_restarts     crashes in a row before a worker is no longer restarted
     worker_load_timeout_s   a worker that has not loaded its model by then is killed
 
-Default: a thread for ONNX Runtime on the CPU, a worker process for everything else.
+Default: a thread for ONNX Runtime on the CPU, a worker process for everything else;
+a Python model (a user's own code) always gets a process.
 ONNX Runtime keeps no process-wide state that models fight over and releases the GIL,
 and a thread saves the hand-off to another process on every batch (measured in
 benchmarks/workers.py); every framework with process-wide settings or allocators
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from accel_base import call_wire
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends import backend_class
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 
 EXECUTION_MODES = ("process", "thread")
 THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime"})
+# A user's own code: its crash, exit or leak must end only its own process.
+PROCESS_ONLY = frozenset({"python"})
 
 
 def _parameter(config: mc.ModelConfig, key: str) -> str | None:
@@ -48,6 +52,13 @@ def _parameter(config: mc.ModelConfig, key: str) -> str | None:
 
 def execution_mode(config: mc.ModelConfig, platform: str, device: Device) -> str:
     chosen = _parameter(config, "execution")
+    if platform in PROCESS_ONLY:
+        if chosen not in (None, "process"):
+            raise InvalidArgument(
+                f"model '{config.name}': a {platform} model runs its own code and always "
+                "runs in a worker process; remove the parameter execution"
+            )
+        return "process"
     if chosen is not None:
         if chosen not in EXECUTION_MODES:
             raise InvalidArgument(
@@ -98,6 +109,8 @@ def spawn_worker(
     """Start a worker and load the model into it (blocking); `started` learns of the
     worker before its load, so that an unload meanwhile can kill it."""
     env, worker_device = worker_environment(config, device, parent_pid)
+    if settings.model_calls is not None:  # backends/python/model_calls.py
+        env[call_wire.PATH_VARIABLE] = settings.model_calls
     if settings.spares is not None:
         worker = settings.spares.take(name, env, settings.nice, platform, device)
         worker.name = name

@@ -26,7 +26,7 @@ import numpy as np
 from accel_base import errors
 from accel_base.batch import Allocator
 from gateway.scheduling.instances import inline_limit_ns, moving_average
-from workers.client import LoadedModel, WorkerError, WorkerGone, WorkerProcess
+from workers.client import LoadedModel, Reply, WorkerError, WorkerGone, WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class WorkerSettings:
     first_backoff_s: float = 0.1
     nice: int = 0  # steps below the gateway's priority (--backend-nice; accel_base/cpu.py)
     spares: Any = None  # scheduling.spares.SpareWorkers, on demand
+    model_calls: str | None = None  # the socket a Python model calls other models on
 
 
 def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:
@@ -59,13 +60,16 @@ class ProcessInstance:
         spawn: Callable[[Callable[[WorkerProcess], None]], tuple[WorkerProcess, LoadedModel]],
         settings: WorkerSettings,
         single_core: bool,
+        waits_inline: bool = True,
     ) -> None:
-        """Start the worker and load the model (blocking: call from a worker thread)."""
+        """Start the worker and load the model (blocking: call from a worker thread).
+        `waits_inline=False` never blocks the event loop for a reply: a Python model's
+        run may wait on the loop itself (its calls to other models)."""
         self.name = name
         self.model = model
         self._spawn = spawn
         self.settings = settings
-        self._inline_limit_ns = inline_limit_ns(single_core)
+        self._inline_limit_ns = inline_limit_ns(single_core) if waits_inline else 0
         self._starting: WorkerProcess | None = None  # a worker still loading (close kills it)
         self._closed = False
         self.worker: WorkerProcess | None
@@ -95,6 +99,14 @@ class ProcessInstance:
         self, inputs: dict[str, np.ndarray], output_names: list[str]
     ) -> tuple[dict[str, np.ndarray], int]:
         """The outputs (views into shared memory, valid while referenced) and run ns."""
+        outputs, run_ns, _ = await self.run_requests(inputs, output_names, None)
+        return outputs, run_ns
+
+    async def run_requests(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], requests: list | None
+    ) -> Reply:
+        """run(), for a per-request backend given which rows are whose (`requests`, as
+        workers/protocol.py has them); its failed requests come back apart."""
         worker = self.worker
         while worker is None:  # it died while the batcher held it: wait for the new one
             recovery = self.running
@@ -105,7 +117,7 @@ class ProcessInstance:
         loop = asyncio.get_running_loop()
         self._watch(loop, worker)
         try:
-            worker.send_run(inputs, output_names)
+            worker.send_run(inputs, output_names, requests)
         except OSError:  # the worker died since its last batch; its reader will see it
             raise errors.Unavailable(
                 f"model '{self.model}': the worker process of instance {self.name} is gone; "
@@ -130,7 +142,7 @@ class ProcessInstance:
         # shield: a cancelled caller must not lose track of a batch still running.
         return self._ran(await asyncio.shield(reply))
 
-    def _ran(self, result: tuple[dict[str, np.ndarray], int]) -> tuple[dict[str, np.ndarray], int]:
+    def _ran(self, result: Reply) -> Reply:
         run_ns = result[1]
         self.recent_run_ns = moving_average(self.recent_run_ns, run_ns)
         self.crashes = 0

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from accel_base.config_json import config_to_json
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import TensorSpec
-from gateway.model_config import ConfigError, complete_config, config_to_json, read_config
+from gateway.model_config import ConfigError, complete_config, read_config
 
 
 def write_model(tmp_path, name: str, filename: str, text: str):

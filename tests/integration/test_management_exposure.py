@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from models import simple
+from tests.conftest import both_clients
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLICIT = ("--host", "0.0.0.0", "--model-control-mode", "explicit")
@@ -23,13 +22,6 @@ def repository(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("exposed-repo")
     simple.build(repo)
     return repo
-
-
-def clients(server):
-    return [
-        httpclient.InferenceServerClient(server.http_url),
-        grpcclient.InferenceServerClient(server.grpc_url),
-    ]
 
 
 def test_exposed_explicit_mode_without_token_refuses_to_start(repository):
@@ -49,7 +41,7 @@ def test_exposed_explicit_mode_without_token_refuses_to_start(repository):
 
 def test_exposed_with_the_flag_manages_without_token(repository, server_factory):
     server = server_factory(repository, *EXPLICIT, "--allow-unauthenticated-management")
-    for client in clients(server):
+    for client in both_clients(server):
         client.load_model("simple")
         assert client.is_model_ready("simple")
         client.unload_model("simple")
@@ -58,7 +50,7 @@ def test_exposed_with_the_flag_manages_without_token(repository, server_factory)
 
 def test_exposed_with_a_token_needs_it(repository, server_factory):
     server = server_factory(repository, *EXPLICIT, "--admin-token", "s3cret")
-    for client in clients(server):
+    for client in both_clients(server):
         with pytest.raises(InferenceServerException) as info:
             client.load_model("simple")
         assert "admin token" in info.value.message()
@@ -71,7 +63,7 @@ def test_exposed_with_a_token_needs_it(repository, server_factory):
 def test_exposed_without_management_starts_without_token(repository, server_factory):
     # Control mode none and no shared memory: every management call is refused anyway.
     server = server_factory(repository, "--host", "0.0.0.0")
-    for client in clients(server):
+    for client in both_clients(server):
         assert client.is_model_ready("simple")
         with pytest.raises(InferenceServerException) as info:
             client.load_model("simple")

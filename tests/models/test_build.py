@@ -17,11 +17,13 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from models import build as build_mod
-from models import digits, identity
+from models import digits, identity, python_models
 from models.onnx_graphs import IR_VERSION, OPSET
 
 # Hand-written ONNX (and the scikit-learn digits), built with onnx and scikit-learn alone, always.
-BASE = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits", "mlp", "mixed_onnx"]
+ONNX_BASE = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits", "mlp",
+             "mixed_onnx"]  # fmt: skip
+BASE = [*ONNX_BASE, *python_models.DESCRIPTIONS]  # and the Python-backend models
 # Built when the group's framework is installed, in this order after BASE.
 GROUPS = {
     "torch": [
@@ -67,6 +69,7 @@ ARTIFACTS = {
     "jax_export": "model.jax",
     "tvm": "model.onnx",
     "opencl": "model.onnx",
+    "python": "model.py",
 }
 
 
@@ -162,13 +165,13 @@ print("DIR", build.repository_dir_name())
 
 
 def test_repository_dir_name_names_the_installed_groups() -> None:
-    assert build_mod.BUILDER_VERSION == "4"
+    assert build_mod.BUILDER_VERSION == "5"
     assert build_mod.repository_dir_name() == "example-repository-" + "+".join(
         [build_mod.BUILDER_VERSION, *INSTALLED]
     )
 
 
-@pytest.mark.parametrize("name", BASE)
+@pytest.mark.parametrize("name", ONNX_BASE)
 def test_onnx_versions_and_batch_dim(repo: Path, name: str) -> None:
     model = onnx.load(repo / name / "1" / "model.onnx")
     onnx.checker.check_model(model)

@@ -1,0 +1,69 @@
+"""A Python model's calls to other models of the gateway, from its worker process: one
+connection per thread to the gateway's model-call socket (gateway/model_calls.py), whose
+path the gateway gives the worker in ACCEL_GATEWAY_MODEL_CALLS."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+from accel_base import call_wire
+from backends.python import pb_utils
+
+_local = threading.local()  # async_exec runs calls on threads: one connection each
+
+# A gateway error class name -> the TritonError code a model sees.
+_CODES = {
+    "InvalidArgument": pb_utils.TritonError.INVALID_ARG,
+    "NotFound": pb_utils.TritonError.NOT_FOUND,
+    "Unavailable": pb_utils.TritonError.UNAVAILABLE,
+    "Overloaded": pb_utils.TritonError.UNAVAILABLE,
+    "Cancelled": pb_utils.TritonError.CANCELLED,
+}
+
+
+def call(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+    """The other model's answer; a failure is a response with an error, as in Triton."""
+    try:
+        sock = _connection()
+        version = request.model_version()
+        inputs = [call_wire.to_wire(t.name(), t.as_numpy()) for t in request.inputs()]
+        message = (
+            "infer", request.model_name(), "" if version < 0 else str(version),
+            request.request_id(), dict(request._parameters), inputs,
+            list(request.requested_output_names()),
+        )  # fmt: skip
+        sock.sendall(call_wire.encode(message))
+        answer = call_wire.receive_blocking(sock)
+    except (OSError, EOFError, ValueError) as exc:
+        broken = _local.__dict__.pop("sock", None)  # mid-frame: never reused
+        if broken is not None:
+            broken.close()
+        return _failed(f"the call to model '{request.model_name()}' failed: {exc}")
+    if answer[0] == "error":
+        _, kind, text = answer
+        return _failed(text, _CODES.get(kind, pb_utils.TritonError.INTERNAL))
+    _, _model, _version, _id, parameters, outputs = answer
+    tensors = []
+    for wire in outputs:
+        name, _datatype, array = call_wire.from_wire(wire, "output")
+        tensors.append(pb_utils.Tensor(name, array))
+    return pb_utils.InferenceResponse(tensors, parameters=parameters)
+
+
+def _failed(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def _connection() -> socket.socket:
+    sock = getattr(_local, "sock", None)
+    if sock is not None:
+        return sock
+    path = os.environ.get(call_wire.PATH_VARIABLE)
+    if not path:
+        raise OSError("this worker was started without the gateway's model-call socket")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    _local.sock = sock
+    return sock

@@ -1,0 +1,51 @@
+"""Batches for a per-request backend (Triton's Python backend, whose execute() takes a
+list of requests): the rows of a batch stay merged on their way to the worker, but the
+worker is told whose rows are whose, and answers each request on its own, under keys
+"<index>:<name>", with the requests that failed apart (backends/python/backend.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from accel_base import errors
+from gateway.inference import InferRequest
+
+Failures = dict[int, errors.GatewayError]
+
+
+def request_info(request: InferRequest, rows: int, output_names: list[str]) -> tuple:
+    """What the worker's execute() sees of one request (workers/protocol.py)."""
+    parameters = request.parameters
+    return (
+        rows,
+        tuple(output_names),
+        parameters,
+        request.id,
+        parameters.get("sequence_id", 0),
+    )
+
+
+async def run_requests(
+    instance: Any,
+    merged: dict[str, np.ndarray],
+    output_names: list[str],
+    infos: list[tuple],
+    model: str,
+) -> tuple[list[dict[str, np.ndarray]], int, Failures]:
+    """Each request's outputs, the run's ns, and the failed requests' errors by index."""
+    outputs, run_ns, failed = await instance.run_requests(merged, output_names, infos)
+    parts: list[dict[str, np.ndarray]] = [{} for _ in infos]
+    for key, array in outputs.items():
+        index, _, name = key.partition(":")
+        parts[int(index)][name] = array
+    failures = {index: _error(model, kind, message) for index, kind, message in failed}
+    return parts, run_ns, failures
+
+
+def _error(model: str, kind: str, message: str) -> errors.GatewayError:
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.GatewayError) and kind != "Internal":
+        return cls(f"model '{model}': {message}")
+    return errors.Internal(f"model '{model}' failed to run this request: {message}")

@@ -1,0 +1,176 @@
+"""Triton Python-backend models (`model.py`, `triton_python_backend_utils`) through a real
+gateway and the unmodified tritonclient: batched execute, BYTES both ways, a config the
+model completes itself, calls to other models, and a model that raises, exits or
+segfaults failing only its own requests."""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from models import python_models, simple
+from tests.conftest import both_clients
+
+FAULTS = Path(__file__).parent / "python_models" / "py_faults"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.conftest import start_server
+
+    repo = tmp_path_factory.mktemp("python-models") / "repository"
+    simple.build(repo)
+    python_models.build(repo)
+    shutil.copytree(FAULTS, repo / "py_faults")
+    process = start_server(repo, log_dir=tmp_path_factory.mktemp("python-logs"))
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def module_of(client):
+    return httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+
+
+def identity_input(client, values: np.ndarray):
+    tensor = module_of(client).InferInput("INPUT0", list(values.shape), "FP32")
+    tensor.set_data_from_numpy(values)
+    return tensor
+
+
+def test_identity_batches_requests_and_answers_each(server):
+    http = httpclient.InferenceServerClient(server.http_url, concurrency=16)
+    before = http.get_inference_statistics("py_identity")["model_stats"][0]
+
+    sent = []
+    for i in range(192):
+        values = np.full((1, 3 + i % 3), i, np.float32)  # shapes differ: batched by shape
+        sent.append((values, http.async_infer("py_identity", [identity_input(http, values)])))
+    for values, pending in sent:
+        np.testing.assert_array_equal(pending.get_result().as_numpy("OUTPUT0"), values)
+    after = http.get_inference_statistics("py_identity")["model_stats"][0]
+    requests = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    assert requests == 192
+    assert executions < requests, "execute() should have been given batches of requests"
+
+
+def test_identity_over_grpc_and_its_stream(server):
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    values = np.arange(8, dtype=np.float32).reshape(2, 4)
+    result = grpc.infer("py_identity", [identity_input(grpc, values)])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+    answers: queue.Queue = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(5):
+            rows = np.full((1, 2), i, np.float32)
+            grpc.async_stream_infer("py_identity", [identity_input(grpc, rows)], request_id=str(i))
+        got = {}
+        for _ in range(5):
+            result, error = answers.get(timeout=30)
+            assert error is None, error
+            got[result.get_response().id] = result.as_numpy("OUTPUT0")
+    finally:
+        grpc.stop_stream()
+    for i in range(5):
+        np.testing.assert_array_equal(got[str(i)], np.full((1, 2), i, np.float32))
+
+
+def test_bytes_in_and_out_with_a_config_the_model_completed(server):
+    http = httpclient.InferenceServerClient(server.http_url)
+    config = http.get_model_config("py_strings")
+    assert config["max_batch_size"] == 8
+    assert [t["name"] for t in config["input"]] == ["TEXT"]
+    assert {t["name"]: t["data_type"] for t in config["output"]} == {
+        "UPPER": "TYPE_STRING",
+        "LENGTH": "TYPE_INT32",
+    }
+    text = np.array([["héllo".encode(), b"a\x00b"]], dtype=object)
+    for client in both_clients(server):
+        tensor = module_of(client).InferInput("TEXT", [1, 2], "BYTES")
+        tensor.set_data_from_numpy(text)
+        result = client.infer("py_strings", [tensor])
+        assert result.as_numpy("UPPER").tolist() == [["HéLLO".encode(), b"A\x00B"]]
+        assert result.as_numpy("LENGTH").tolist() == [[6, 3]]
+
+
+def test_an_error_response_fails_its_request_alone(server):
+    http = httpclient.InferenceServerClient(server.http_url, concurrency=8)
+
+    sent = []
+    for i in range(32):
+        tensor = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[b"" if i % 2 else b"x"]], dtype=object))
+        sent.append(http.async_infer("py_strings", [tensor]))
+    results = []
+    for pending in sent:
+        try:
+            results.append(pending.get_result().as_numpy("UPPER").tolist())
+        except InferenceServerException as exc:
+            results.append(exc)
+    for i, result in enumerate(results):
+        if i % 2:
+            assert isinstance(result, InferenceServerException)
+            assert "TEXT has an empty string" in result.message()
+            assert result.status() == "400"
+        else:
+            assert result == [[b"X"]]
+
+
+def test_a_model_calls_another_model_of_the_gateway(server):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    for client in both_clients(server):
+        tensors = [module_of(client).InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        tensors[0].set_data_from_numpy(a)
+        tensors[1].set_data_from_numpy(b)
+        result = client.infer("py_bls", tensors)
+        np.testing.assert_array_equal(result.as_numpy("SUM"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("DIFFERENCE"), a - b)
+    stats = both_clients(server)[0].get_inference_statistics("simple")["model_stats"][0]
+    assert stats["inference_count"] >= 2  # the calls went through simple's scheduler
+
+
+def fault(client: httpclient.InferenceServerClient, word: str):
+    tensor = httpclient.InferInput("COMMAND", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([word.encode()], dtype=object))
+    return client.infer("py_faults", [tensor])
+
+
+@pytest.mark.parametrize("word", ["raise", "exit", "segfault"])
+def test_a_failing_model_fails_only_its_own_requests(server, word):
+    http = httpclient.InferenceServerClient(server.http_url)
+    assert fault(http, "ok").as_numpy("ECHO").tolist() == [b"ok"]
+    with pytest.raises(InferenceServerException) as failed:
+        fault(http, word)
+    assert failed.value.status() == "500"
+    message = failed.value.message()
+    expected = {
+        "raise": "the model was asked to raise",
+        "exit": "exited with status 3",
+        "segfault": "SIGSEGV",
+    }[word]
+    assert expected in message, message
+    # Other models never noticed; this one answers again once its worker is back.
+    values = np.ones((1, 2), np.float32)
+    np.testing.assert_array_equal(
+        http.infer("py_identity", [identity_input(http, values)]).as_numpy("OUTPUT0"), values
+    )
+    done = threading.Event()
+    for _ in range(100):
+        try:
+            assert fault(http, "ok").as_numpy("ECHO").tolist() == [b"ok"]
+            done.set()
+            break
+        except InferenceServerException as exc:
+            assert exc.status() == "503", exc.message()  # restarting
+            threading.Event().wait(0.1)
+    assert done.is_set(), "the Python model's worker did not come back"
