@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -167,3 +168,23 @@ def _check_payload_config(config: dict, name: str, refuse) -> None:
             raise refuse(f"a pickled payload ({name}: {path_name})")
         if path_name.startswith(("opaque_obj_", "custom_obj_")):
             raise refuse(f"a pickled object ({name}: {path_name})")
+
+
+INDEX_SUFFIX = re.compile(r"__(\d+)$")
+
+
+def positions(names: list[str], forward_args: list[str] | None = None) -> dict[str, int]:
+    """Where each of `names` sits among the model's arguments (or results).
+
+    By argument name when the names are forward's; else by the `__<index>` suffix when
+    every name has one (a config may declare only some outputs: `OUTPUT__2` alone is the
+    third result); else in config order.
+    """
+    if forward_args is not None and sorted(names) == sorted(forward_args):
+        return {name: forward_args.index(name) for name in names}
+    matches = [INDEX_SUFFIX.search(name) for name in names]
+    if matches and all(matches):
+        by_name = {name: int(m.group(1)) for m, name in zip(matches, names, strict=True)}
+        if len(set(by_name.values())) == len(names):
+            return by_name
+    return {name: i for i, name in enumerate(names)}

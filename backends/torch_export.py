@@ -24,9 +24,11 @@ from backends.base import BackendUnavailable, Device, TensorSpec, first_line
 from backends.buckets import BucketedBackend, batch_buckets, dynamic_beyond_batch
 from backends.parameters import choice_parameter
 from backends.torch_common import (
+    INDEX_SUFFIX,
     V2_TO_TORCH,
     apply_thread_parameters,
     check_export_archive,
+    positions,
     spec_datatype,
     to_numpy,
     to_torch,
@@ -50,6 +52,23 @@ def _dims(shape, ranges: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
             bound = ranges.get(dim.node.expr)
             smallest.append(max(int(bound.lower), 1) if bound is not None else 1)
     return tuple(dims), tuple(smallest)
+
+
+def _by_index(specs: list[TensorSpec], declared: list[str]) -> list[TensorSpec]:
+    """`specs` renamed as the config's `NAME__<index>` names say, where the config's
+    names are not the program's own and every one of them carries an index in range."""
+    found = {spec.name for spec in specs}
+    if not declared or all(name in found for name in declared):
+        return specs
+    by_position = positions(declared)
+    if sorted(by_position) != sorted(declared) or any(
+        not INDEX_SUFFIX.search(name) or index >= len(specs) for name, index in by_position.items()
+    ):
+        return specs  # complete_config names what does not match
+    renamed = list(specs)
+    for name, index in by_position.items():
+        renamed[index] = TensorSpec(name, specs[index].datatype, specs[index].shape)
+    return renamed
 
 
 def _batch_limit(shape, ranges: dict) -> int | None:
@@ -79,6 +98,7 @@ class TorchExportBackend(BucketedBackend):
                 f"written by torch.export.save: {reason}"
             ) from None
         self._describe(program)
+        self._adopt_index_names()
         if self._device.type != "cpu":
             # Export records the device of tensors the graph creates (torch.zeros(...,
             # device="cpu")); this pass rewrites them along with the weights.
@@ -127,6 +147,18 @@ class TorchExportBackend(BucketedBackend):
                 TensorSpec(output_name, spec_datatype(value.dtype, name, output_name), dims)
             )
         self._key_of = dict(zip(names, self._output_keys, strict=True))
+
+    def _adopt_index_names(self) -> None:
+        """Triton's PyTorch convention: config names ending in `__<index>` (INPUT__0,
+        OUTPUT__1) name the program's inputs and results by position, whatever forward
+        called them, so a config written for Triton's PyTorch backend fits."""
+        self._inputs = _by_index(self._inputs, [t.name for t in self.config.input])
+        outputs = _by_index(self._outputs, [t.name for t in self.config.output])
+        self._key_of = {
+            new.name: self._key_of[old.name]
+            for old, new in zip(self._outputs, outputs, strict=True)
+        }
+        self._outputs = outputs
 
     def _check_batch_dim(self, input_name: str, shape, ranges: dict) -> None:
         limit = _batch_limit(shape, ranges)

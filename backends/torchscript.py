@@ -9,7 +9,6 @@ Triton uses, else in config order; a tuple result maps to outputs the same way.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 import numpy as np
@@ -23,31 +22,13 @@ from backends.torch_common import (
     V2_TO_TORCH,
     apply_thread_parameters,
     config_specs,
+    positions,
     to_numpy,
     to_torch,
     torch_device,
 )
 
 log = logging.getLogger(__name__)
-
-_INDEX_SUFFIX = re.compile(r"__(\d+)$")
-
-
-def positions(names: list[str], forward_args: list[str] | None = None) -> dict[str, int]:
-    """Where each of `names` sits among the model's arguments (or results).
-
-    By argument name when the names are forward's; else by the `__<index>` suffix when
-    every name has one (a config may declare only some outputs: `OUTPUT__2` alone is the
-    third result); else in config order.
-    """
-    if forward_args is not None and sorted(names) == sorted(forward_args):
-        return {name: forward_args.index(name) for name in names}
-    matches = [_INDEX_SUFFIX.search(name) for name in names]
-    if matches and all(matches):
-        by_name = {name: int(m.group(1)) for m, name in zip(matches, names, strict=True)}
-        if len(set(by_name.values())) == len(names):
-            return by_name
-    return {name: i for i, name in enumerate(names)}
 
 
 class TorchScriptBackend(Backend):

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PERF_ANALYZER = Path(__file__).resolve().parents[1] / ".tools" / "perf_analyzer" / "perf_analyzer"
 
@@ -45,6 +46,29 @@ def rate(call: Callable[[], object], seconds: float = 2.0, warmup: int = 50) -> 
         call()
         count += 1
     return count / elapsed
+
+
+def onnx_floor(
+    model_dir: Path,
+    feed: dict[str, Any],
+    output_names: list[str],
+    core: int,
+    seconds: float = 2.0,
+    warmup: int = 50,
+) -> float:
+    """Calls per second of an ONNX model run in-process on `core` (the floor a served
+    figure is a ratio to); the process's affinity is all cores again afterwards."""
+    from backends.base import Device
+    from backends.onnx_runtime import OnnxRuntimeBackend
+    from gateway.model_config import read_config
+
+    pin_to(core)
+    backend = OnnxRuntimeBackend(model_dir / "1" / "model.onnx", read_config(model_dir), Device())
+    try:
+        return rate(lambda: backend.run(feed, output_names), seconds, warmup)
+    finally:
+        backend.unload()
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
 
 
 def perf_analyzer(

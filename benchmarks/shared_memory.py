@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from backends.base import Device
-from backends.onnx_runtime import OnnxRuntimeBackend
-from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to, print_table, rate
+from benchmarks.perf import Measurement, add_run_arguments, onnx_floor, perf_analyzer, print_table
 from gateway.launch import start_gateway
-from gateway.model_config import read_config
 from models.identity import build_one
 
 MODEL = "identity_fp32"
@@ -47,13 +43,8 @@ PATHS = (  # label, protocol, perf_analyzer options, the wire path it is compare
 
 def in_process_floor(model_dir: Path, core: int, seconds: float) -> float:
     """Calls per second of the Identity in-process at [1, 1048576], on the server's core."""
-    pin_to(core)
-    backend = OnnxRuntimeBackend(model_dir / "1" / "model.onnx", read_config(model_dir), Device())
     feed = {"INPUT0": np.random.default_rng(0).random((1, ELEMENTS), dtype=np.float32)}
-    calls = rate(lambda: backend.run(feed, ["OUTPUT0"]), seconds, warmup=10)
-    backend.unload()
-    os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    return calls
+    return onnx_floor(model_dir, feed, ["OUTPUT0"], core, seconds, warmup=10)
 
 
 def main() -> None:

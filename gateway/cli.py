@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
-from gateway import __version__, compile_command, health_command, loadtest_command
+from gateway import (
+    SERVER_NAME,
+    __version__,
+    compile_command,
+    health_command,
+    loadtest_command,
+)
 from gateway.arguments import (
     port,
     positive_float,
@@ -153,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest request body, HTTP or gRPC (default %(default)s)",
     )
     serve.add_argument(
+        "--server-name",
+        default=SERVER_NAME,
+        help="the name server metadata reports, for clients that check it "
+        "(default %(default)s; Triton's is 'triton')",
+    )
+    serve.add_argument(
         "--admin-token",
         help="token that management calls (load, unload, shared-memory register and "
         "unregister) must present as 'Authorization: Bearer <token>'",
@@ -275,6 +287,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         ),
         max_body_bytes=args.max_request_bytes,
         admin_token=args.admin_token,
+        server_name=args.server_name,
         allow_shared_memory=args.allow_shared_memory,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
         tls=tls,

@@ -45,8 +45,10 @@ class InferenceCore(SharedMemoryCalls):
         admin_token: str | None = None,
         allow_shared_memory: bool = False,
         shed_lag_ms: float = 0.0,
+        server_name: str = SERVER_NAME,
     ) -> None:
         self.repository = repository
+        self.server_name = server_name
         self.admin_token = admin_token
         self.shared_memory = SharedMemoryRegistry(enabled=allow_shared_memory)
         self.started = False  # set once the startup models have been loaded
@@ -70,7 +72,7 @@ class InferenceCore(SharedMemoryCalls):
         extensions = list(EXTENSIONS)
         if self.shared_memory.enabled:
             extensions.append("system_shared_memory")
-        return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
+        return {"name": self.server_name, "version": __version__, "extensions": extensions}
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         """Ready or not; an unknown model or version is not ready (as Triton answers over
@@ -136,7 +138,9 @@ class InferenceCore(SharedMemoryCalls):
             return [_statistics(self.repository.get(name, version))]
         entry = self.repository.models.get(name)
         if entry is None or not entry.ready_versions():
-            raise NotFound(f"unknown model '{name}' or it has no ready version")
+            raise NotFound(
+                f"Request for unknown model: '{name}' is not found, or it has no ready version"
+            )
         return [_statistics(entry.versions[v].model) for v in entry.ready_versions()]
 
     # ---- repository ------------------------------------------------------------------

@@ -73,7 +73,7 @@ def read_config(model_dir: Path) -> mc.ModelConfig:
             config = parse_config_dict(data, str(path))
         break
     else:
-        config = mc.ModelConfig(platform=_infer_platform(model_dir))
+        config = mc.ModelConfig(platform=infer_platform(model_dir))
     if not config.name:
         config.name = model_dir.name
     elif config.name != model_dir.name:
@@ -85,7 +85,9 @@ def read_config(model_dir: Path) -> mc.ModelConfig:
     return config
 
 
-def _infer_platform(model_dir: Path) -> str:
+def infer_platform(model_dir: Path) -> str:
+    """The platform of the first artifact found in a version directory (Triton's
+    auto-complete for a model with no config, or an override without a platform)."""
     for version_dir in sorted(model_dir.iterdir()):
         for artifact, platform in _PLATFORM_BY_ARTIFACT.items():
             if (version_dir / artifact).exists():

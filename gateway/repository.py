@@ -26,9 +26,17 @@ from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway import heap
+from gateway.ensemble.loading import load_ensemble
+from gateway.ensemble.plan import is_ensemble
 from gateway.model import ModelVersion
 from gateway.model_calls import ModelCalls
-from gateway.model_config import check_config, parse_config_dict, read_config
+from gateway.model_config import (
+    check_config,
+    infer_platform,
+    parse_config_dict,
+    platform_of,
+    read_config,
+)
 from gateway.model_dirs import available_versions, fingerprint, versions_to_load
 from gateway.on_demand import OnDemand, is_pinned
 from gateway.placement.inventory import read_inventory
@@ -155,20 +163,26 @@ class ModelRepository:
         if entry is None or not entry.versions:
             if self.control_mode == "on-demand" and self.exists(name):
                 raise Unavailable(f"model '{name}' is not loaded; it loads on its first request")
-            raise NotFound(f"unknown model '{name}'" + self._loaded_hint())
+            # Triton's words first: clients match on them.
+            raise NotFound(
+                f"Request for unknown model: '{name}' is not found" + self._loaded_hint()
+            )
         if version == "":
             ready = entry.ready_versions()
             if not ready:
                 states = ", ".join(
                     f"{v}: {s.state} {s.reason}".strip() for v, s in entry.versions.items()
                 )
-                raise Unavailable(f"model '{name}' has no ready version ({states})")
+                raise Unavailable(
+                    f"Request for unknown model: '{name}' has no available versions ({states})"
+                )
             return entry.versions[ready[-1]].model  # type: ignore[return-value]
         number = int(version)
         state = entry.versions.get(number)
         if state is None:
             raise NotFound(
-                f"model '{name}' has no version {number}; loaded versions: "
+                f"Request for unknown model: '{name}' version {number} is not found; "
+                "loaded versions: "
                 f"{sorted(entry.versions) or 'none'}"
             )
         if state.state != "READY":
@@ -219,18 +233,33 @@ class ModelRepository:
                 f"router '{router}': variant '{name}' is not in the model repository"
             )
         entry = self.models.get(name)
-        if entry is None or not entry.ready_versions():
-            if is_router(read_config(self.model_dir(name))):
-                raise InvalidArgument(
-                    f"router '{router}': variant '{name}' is a router; variants must be models"
-                )
-            await self.load(name, entry.override if entry else None, if_unloaded=True)
-        model = self.get(name, version)
+        if (entry is None or not entry.ready_versions()) and is_router(
+            read_config(self.model_dir(name))
+        ):
+            raise InvalidArgument(
+                f"router '{router}': variant '{name}' is a router; variants must be models"
+            )
+        model = await self._load_member(name, version)
         if isinstance(model, RouterModel):
             raise InvalidArgument(
                 f"router '{router}': variant '{name}' is a router; variants must be models"
             )
         return model
+
+    async def _load_step_model(self, ensemble: str, name: str, version: str) -> Any:
+        """An ensemble step's model, loaded now if it is not (as Triton loads an ensemble's
+        models with it)."""
+        if not self.exists(name):
+            raise InvalidArgument(
+                f"ensemble '{ensemble}': step model '{name}' is not in the model repository"
+            )
+        return await self._load_member(name, version)
+
+    async def _load_member(self, name: str, version: str) -> Any:
+        entry = self.models.get(name)
+        if entry is None or not entry.ready_versions():
+            await self.load(name, entry.override if entry else None, if_unloaded=True)
+        return self.get(name, version)
 
     # ---- loading -------------------------------------------------------------------
 
@@ -255,16 +284,18 @@ class ModelRepository:
                 except GatewayError as exc:
                     log.error("model '%s' did not load: %s", name, exc.message)
 
-        # Routers last: they find their variants loaded (or failed, with the reason).
-        routers = [name for name in targets if self._router_on_disk(name)]
-        await asyncio.gather(*(load(name) for name in targets if name not in routers))
-        await asyncio.gather(*(load(name) for name in routers))
+        # Models first, then ensembles, then routers: each finds what it is made of
+        # loaded (or failed, with the reason).
+        kinds = {name: self._kind_on_disk(name) for name in targets}
+        for kind in ("model", "ensemble", "router"):
+            await asyncio.gather(*(load(name) for name in targets if kinds[name] == kind))
 
-    def _router_on_disk(self, name: str) -> bool:
+    def _kind_on_disk(self, name: str) -> str:
         try:
-            return is_router(read_config(self.model_dir(name)))
+            config = read_config(self.model_dir(name))
         except GatewayError:
-            return False  # its own load says what is wrong
+            return "model"  # its own load says what is wrong
+        return "router" if is_router(config) else "ensemble" if is_ensemble(config) else "model"
 
     def check_management_allowed(self) -> None:
         if self.control_mode not in MANAGED_MODES:
@@ -290,7 +321,11 @@ class ModelRepository:
         try:
             await asyncio.shield(loading)
         except GatewayError as exc:  # messages leave the server without its paths
-            raise type(exc)(self._relative(exc.message)) from None
+            message = self._relative(exc.message)
+            prefix = f"failed to load '{name}'"  # Triton's words first: clients match them
+            if not message.startswith(prefix):
+                message = f"{prefix}: {message}"
+            raise type(exc)(message) from None
         finally:
             if self._loaded(name) != before:  # a refused or failed load frees nothing
                 self._settle()
@@ -325,8 +360,8 @@ class ModelRepository:
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
             adaptive_window(config)  # the same
             wanted = versions_to_load(config, available_versions(model_dir))
-            if not wanted and is_router(config):
-                wanted = [1]  # a router needs no version directory
+            if not wanted and (is_router(config) or is_ensemble(config)):
+                wanted = [1]  # runs nothing of its own: needs no version directory
             if not wanted:
                 raise InvalidArgument(f"model '{name}' has no version directory")
             pinned = name in self.memory.pinned or is_pinned(config)
@@ -362,7 +397,7 @@ class ModelRepository:
         await self._close_versions([s for v, s in old.items() if s.model and new.get(v) is not s])
         if errors:
             failure = NoRoom if no_room else Unavailable
-            raise failure(f"failed to load model '{name}': {'; '.join(errors)}")
+            raise failure(f"failed to load '{name}': {'; '.join(errors)}")
 
     async def _load_version(
         self, name: str, model_dir: Path, version: int, config: mc.ModelConfig
@@ -371,6 +406,8 @@ class ModelRepository:
         router has its variants loaded instead (gateway/routing)."""
         if is_router(config):
             return await load_router(config, version, self._load_variant, self.serving, self.get)
+        if is_ensemble(config):
+            return await load_ensemble(config, version, self._load_step_model, self.serving)
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
         calls = None  # where a Python model calls other models (gateway/model_calls.py)
         if plan.platform in PROCESS_ONLY and self.model_calls is not None:
@@ -399,6 +436,8 @@ class ModelRepository:
             config.name = name  # under another name when SageMaker loaded it so
             return config
         config = parse_config_dict(config_json, f"config override for '{name}'")
+        if not platform_of(config):  # as Triton completes it: from the artifact
+            config.platform = infer_platform(model_dir)
         if config.name and config.name != name:
             raise InvalidArgument(
                 f"config override names the model '{config.name}', but it is loaded as '{name}'"
@@ -441,7 +480,7 @@ class ModelRepository:
     async def _unload(self, name: str, reason: str = "unloaded") -> None:
         entry = self.models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model '{name}'")
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
         entry.users += 1
         try:
             async with entry.lock:

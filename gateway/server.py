@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE
-from gateway import __version__
+from gateway import SERVER_NAME, __version__
 from gateway.core import InferenceCore
 from gateway.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
 from gateway.fronts.supervisor import FrontSupervisor
@@ -58,6 +58,7 @@ class ServerOptions:
     max_body_bytes: int = 64 * 1024 * 1024
     grpc_server: str = "gateway"  # or "grpcio" (gateway/listeners.py)
     admin_token: str | None = None
+    server_name: str = SERVER_NAME  # what server metadata reports (--server-name)
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
     allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
@@ -106,7 +107,11 @@ class Gateway:
             options.memory.manager(options.model_control_mode),
         )
         self.core = InferenceCore(
-            self.repository, options.admin_token, options.allow_shared_memory, options.shed_lag_ms
+            self.repository,
+            options.admin_token,
+            options.allow_shared_memory,
+            options.shed_lag_ms,
+            options.server_name,
         )
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None

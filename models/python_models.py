@@ -1,5 +1,6 @@
-"""The example repository's Python-backend models (Triton's `model.py` layout): their
-sources live beside this module in models/python/<name>/, and are copied as they are."""
+"""The example repository's Python-backend models (Triton's `model.py` layout) and the
+ensemble around `digits` built from two of them: their sources live beside this module
+in models/python/<name>/, and are copied as they are."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ DESCRIPTIONS = {
     "py_identity": "Python backend, FP32 identity, dynamic batching (execute gets a list)",
     "py_strings": "Python backend, BYTES upper-cased and measured; config from the model",
     "py_bls": "Python backend calling `simple` through the gateway (async_exec)",
+    "digits_preprocess": "Python backend, an 8x8 grey image as the pixels `digits` takes",
+    "digits_postprocess": "Python backend, `digits` probabilities as a label and confidence",
+    "digits_pipeline": "ensemble: digits_preprocess -> digits -> digits_postprocess",
 }
 
 
@@ -20,4 +24,5 @@ def build(dest: Path, names: tuple[str, ...] = tuple(DESCRIPTIONS)) -> list[str]
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(SOURCES / name, target, ignore=shutil.ignore_patterns("__pycache__"))
+        (target / "1").mkdir(exist_ok=True)  # an ensemble's empty version, as Triton wants
     return list(names)

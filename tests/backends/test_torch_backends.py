@@ -16,8 +16,9 @@ torch = pytest.importorskip("torch")
 from accel_base.errors import Internal  # noqa: E402
 from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends import BackendUnavailable, Device  # noqa: E402
+from backends.torch_common import positions  # noqa: E402
 from backends.torch_export import TorchExportBackend  # noqa: E402
-from backends.torchscript import TorchScriptBackend, positions  # noqa: E402
+from backends.torchscript import TorchScriptBackend  # noqa: E402
 
 
 class Doubler(torch.nn.Module):
@@ -201,3 +202,28 @@ def test_not_an_export_archive_is_a_clear_error(tmp_path: Path):
     path.write_bytes(b"not a zip")
     with pytest.raises(BackendUnavailable, match="cannot load model.pt2 as a torch.export"):
         TorchExportBackend(path, config("pytorch_export"), Device())
+
+
+class SumAndDifference(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return a + b, a - b
+
+
+def test_export_takes_tritons_index_names_by_position(tmp_path: Path):
+    """A config written for Triton's PyTorch backend (INPUT__0, OUTPUT__1) fits a .pt2
+    whose forward calls its arguments something else."""
+    path = tmp_path / "model.pt2"
+    example = (torch.zeros(1, 4), torch.zeros(1, 4))
+    torch.export.save(torch.export.export(SumAndDifference(), example), path)
+    text = (
+        'input [ { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 1, 4 ] },'
+        ' { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]'
+        ' output [ { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]'
+    )
+    backend = TorchExportBackend(path, config("pytorch_export", text), Device())
+    assert [s.name for s in backend.inputs()] == ["INPUT__0", "INPUT__1"]
+    assert [s.name for s in backend.outputs()] == ["OUTPUT__0", "OUTPUT__1"]
+    a, b = np.full((1, 4), 5, np.float32), np.ones((1, 4), np.float32)
+    result = backend.run({"INPUT__0": a, "INPUT__1": b}, ["OUTPUT__1"])
+    np.testing.assert_array_equal(result["OUTPUT__1"], a - b)
+    backend.unload()

@@ -85,8 +85,8 @@ def test_json_nested_past_the_limit(gateway, leaf):
 def test_readiness_of_unknown_or_malformed_models(gateway):
     base = f"http://{gateway.http_url}/v2/models"
     cases = [
-        ("/nope/ready", 404, "unknown model 'nope'"),
-        ("/simple/versions/7/ready", 404, "has no version 7"),
+        ("/nope/ready", 404, "Request for unknown model: 'nope' is not found"),
+        ("/simple/versions/7/ready", 404, "'simple' version 7 is not found"),
         ("/simple/versions/x/ready", 400, "must be a non-negative integer, got 'x'"),
         ("/simple/versions/1_0/ready", 400, "non-negative integer"),  # int() would take it
         ("/nope", 404, "unknown model"),

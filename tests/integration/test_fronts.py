@@ -184,5 +184,3 @@ def test_a_front_stopped_alone_drains_while_the_other_takes_new_connections(two_
         thread.join(30)
     assert all(isinstance(r, np.ndarray) for r in results), results
     assert len(results) == BATCH - 1
-
-

@@ -197,9 +197,11 @@ def test_the_repository_is_sealed(repository_copy, server_factory, protocol, tmp
         # path may be echoed, the server's never
     assert not client.is_model_ready("identity_int32")
     index = client.get_model_repository_index()
-    reasons = [r.reason for r in index.models] if protocol == "grpc" else [
-        r.get("reason", "") for r in index
-    ]
+    reasons = (
+        [r.reason for r in index.models]
+        if protocol == "grpc"
+        else [r.get("reason", "") for r in index]
+    )
     assert reasons and not any(str(repository.resolve()) in reason for reason in reasons)
     # A missing artifact is reported by its place in the repository.
     shutil.rmtree(repository / "identity_int32" / "1")

@@ -147,7 +147,7 @@ def test_failed_requests_give_a_nonzero_exit(small_gateway, tmp_path):
 def test_unknown_model_fails(small_gateway, tmp_path):
     result = loadtest(small_gateway, tmp_path, "--protocol", "both", "--model", "nosuch", seconds=1)
     assert result.returncode != 0
-    assert "unknown model 'nosuch'" in result.stdout + result.stderr
+    assert "Request for unknown model: 'nosuch' is not found" in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("host", ["10.0.0.1", "example.com", "0.0.0.0", "192.168.1.2"])
