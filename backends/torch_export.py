@@ -68,6 +68,8 @@ def _by_index(specs: list[TensorSpec], declared: list[str]) -> list[TensorSpec]:
     renamed = list(specs)
     for name, index in by_position.items():
         renamed[index] = TensorSpec(name, specs[index].datatype, specs[index].shape)
+    if len({spec.name for spec in renamed}) < len(renamed):
+        return specs  # two tensors would share a name: complete_config says what differs
     return renamed
 
 

@@ -58,7 +58,7 @@ class InferenceCore(SharedMemoryCalls):
         # fronts ask it before reading a request (gateway/shedding.py).
         self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
         # Python models call other models through the core, as a client would.
-        self.model_calls = repository.model_calls = ModelCalls(self.infer)
+        self.model_calls = repository.model_calls = ModelCalls(self._model_call)
 
     # ---- health and metadata ---------------------------------------------------------
 
@@ -109,6 +109,15 @@ class InferenceCore(SharedMemoryCalls):
         """Run a request; outputs it asks for in shared memory are written there."""
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
+        self.in_flight.enter()
+        try:
+            return await self._infer(request)
+        finally:
+            self.in_flight.leave()
+
+    async def _model_call(self, request: InferRequest) -> InferResponse:
+        """A Python model's call to another model: part of a request already admitted, so
+        it runs during a drain too (which waits for it)."""
         self.in_flight.enter()
         try:
             return await self._infer(request)

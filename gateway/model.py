@@ -32,6 +32,7 @@ from gateway.scheduling.execution import (
 )
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.process_instance import ProcessInstance
+from gateway.scheduling.sequence.batcher import SequenceBatcher
 from gateway.scheduling.spares import SpareWorkers
 from gateway.scheduling.window import adaptive_window
 from gateway.sealing import check_artifact, relative_to_repository, repository_prefixes
@@ -159,8 +160,17 @@ class ModelVersion:
         rules = RequestRules.from_config(config)
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         budget_ms = queue_budget(config, queue_budget_ms)
-        self.scheduler: DirectScheduler | DynamicBatcher
-        if config.HasField("dynamic_batching") and config.max_batch_size > 0:
+        self.scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
+        if config.HasField("sequence_batching"):
+            if info.per_request:
+                raise BackendUnavailable(
+                    f"model '{config.name}': a Python model under sequence_batching is not "
+                    "supported by this server yet"
+                )
+            self.scheduler = SequenceBatcher(
+                self.pool, rules, output_datatypes, self.stats, config, max_queue_size
+            )
+        elif config.HasField("dynamic_batching") and config.max_batch_size > 0:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
                 config.max_batch_size, max_queue_size, budget_ms, instances[0].allowed_batch_sizes,
@@ -317,7 +327,7 @@ class ModelVersion:
 
     async def close(self) -> None:
         """Stop the scheduler, then free the instances (on a worker thread)."""
-        if isinstance(self.scheduler, DynamicBatcher):
+        if isinstance(self.scheduler, DynamicBatcher | SequenceBatcher):
             await self.scheduler.close()
         for instance in self.pool.instances:
             instance.detach()

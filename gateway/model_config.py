@@ -16,6 +16,7 @@ from accel_base.datatypes import config_data_type, v2_datatype
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import TensorSpec
+from gateway.scheduling.sequence.controls import server_filled, state_outputs
 
 CONFIG_FILES = ("config.pbtxt", "config.yaml", "config.yml")
 
@@ -149,7 +150,10 @@ def complete_config(
     ):
         by_name = {spec.name: spec for spec in specs}
         if len(declared) == 0:
+            hidden = server_filled(config) | state_outputs(config)
             for spec in specs:
+                if spec.name in hidden:  # the server's to fill and keep, not a client's
+                    continue
                 dims = spec.shape[1:] if batched else spec.shape
                 tensor = declared.add(name=spec.name, data_type=config_data_type(spec.datatype))
                 tensor.dims.extend(dims)
@@ -168,7 +172,12 @@ def complete_config(
                     f"{spec.datatype} in the artifact"
                 )
         if kind == "input":
-            missing = [name for name in by_name if name not in {t.name for t in declared}]
+            filled = server_filled(config)  # the sequence batcher's controls and state
+            missing = [
+                name
+                for name in by_name
+                if name not in {t.name for t in declared} and name not in filled
+            ]
             if missing:
                 raise ConfigError(
                     f"model '{config.name}': the artifact needs inputs the config does not "

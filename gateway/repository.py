@@ -17,6 +17,7 @@ reason; it never stops the server.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,6 +257,12 @@ class ModelRepository:
         return await self._load_member(name, version)
 
     async def _load_member(self, name: str, version: str) -> Any:
+        chain = _COMPOSING.get()
+        if name in chain:  # each would wait for the other's load: refuse instead
+            raise InvalidArgument(
+                f"'{name}' is part of itself: {' -> '.join((*chain, name))}; ensembles and "
+                "routers must not form a cycle"
+            )
         entry = self.models.get(name)
         if entry is None or not entry.ready_versions():
             await self.load(name, entry.override if entry else None, if_unloaded=True)
@@ -404,10 +411,17 @@ class ModelRepository:
     ) -> ModelVersion:
         """Placed, loaded, warmed up and measured (gateway/placement/manager.py); a
         router has its variants loaded instead (gateway/routing)."""
-        if is_router(config):
-            return await load_router(config, version, self._load_variant, self.serving, self.get)
-        if is_ensemble(config):
-            return await load_ensemble(config, version, self._load_step_model, self.serving)
+        if is_router(config) or is_ensemble(config):
+            # Its members load in tasks of their own, which inherit the chain.
+            token = _COMPOSING.set((*_COMPOSING.get(), name))
+            try:
+                if is_router(config):
+                    return await load_router(
+                        config, version, self._load_variant, self.serving, self.get
+                    )
+                return await load_ensemble(config, version, self._load_step_model, self.serving)
+            finally:
+                _COMPOSING.reset(token)
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
         calls = None  # where a Python model calls other models (gateway/model_calls.py)
         if plan.platform in PROCESS_ONLY and self.model_calls is not None:
@@ -537,6 +551,12 @@ class ModelRepository:
             if self.models[name].versions:
                 await self.unload(name)
                 del self.models[name]
+
+
+# The routers and ensembles whose loads are loading this one (a cycle would wait forever).
+_COMPOSING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "composing", default=()
+)
 
 
 def model_name_ok(name: str) -> bool:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel_base.cache import cache_root as gateway_cache_root
-from models import digits, identity, mixed_precision, mlp, python_models, simple
+from models import digits, identity, mixed_precision, mlp, python_models, sequence, simple
 from models.router import build_digits_router
 
 # Part of the cache directory name: bump whenever any model or config changes, so that
 # existing caches are rebuilt instead of silently served stale.
-BUILDER_VERSION = "5"
+BUILDER_VERSION = "6"
 
 Log = Callable[[str], object]
 
@@ -170,6 +170,9 @@ def build_repository(dest: Path, log: Log = print) -> list[str]:
         f"dynamic batching (max_batch_size {mlp.MAX_BATCH_SIZE})"
     )
     names += _mixed_lines(mixed_precision.build_onnx(dest), log)
+    for name in sequence.build(dest):
+        names.append(name)
+        log(f"{name}: a running sum per sequence (sequence batcher, implicit state)")
     for name in python_models.build(dest):
         names.append(name)
         log(f"{name}: {python_models.DESCRIPTIONS[name]}")

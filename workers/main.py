@@ -124,7 +124,10 @@ class Worker:
             reply: tuple = ("ran", placed[0], run_ns, self.outputs.size, failures)
         except Exception as exc:  # the backend's failure fails this batch only
             reply, new_fd = _failure(exc), ()
-        protocol.send(self.sock, reply, new_fd)
+        try:
+            protocol.send(self.sock, reply, new_fd)
+        except ValueError as exc:  # over one message (a batch of very many requests)
+            protocol.send(self.sock, _failure(exc), new_fd)
 
     def _read_inputs(self, descriptors: list[protocol.Descriptor]) -> dict[str, np.ndarray]:
         assert self.inputs is not None

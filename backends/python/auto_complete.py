@@ -24,12 +24,13 @@ class ModelConfig:
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
         current = self.config.max_batch_size
-        if current not in (0, max_batch_size):
+        if current == 0 or current == max_batch_size:
+            self.config.max_batch_size = max_batch_size
+        elif max_batch_size < current:  # the config asks more than the model can take
             raise TritonModelException(
-                f"auto_complete_config sets max_batch_size {max_batch_size}, but the config "
-                f"says {current}"
-            )
-        self.config.max_batch_size = max_batch_size
+                f"auto_complete_config sets max_batch_size {max_batch_size}, below the "
+                f"config's {current}"
+            )  # (a larger value leaves the config's own, smaller one)
 
     def set_dynamic_batching(self) -> None:
         if not self.config.HasField("sequence_batching"):
@@ -48,11 +49,23 @@ class ModelConfig:
         name = tensor.get("name") if isinstance(tensor, dict) else None
         if not name:
             raise TritonModelException(f"add_{kind} needs a dict with a 'name'")
-        if any(t.name == name for t in declared):
+        wanted = mc.ModelInput() if kind == "input" else mc.ModelOutput()
+        _parse(tensor, wanted, f"{kind} '{name}'")
+        existing = next((t for t in declared if t.name == name), None)
+        if existing is None:
+            declared.add().CopyFrom(wanted)
+            return
+        # Already declared (by the config, or by an earlier call): it must agree.
+        if wanted.data_type and existing.data_type and wanted.data_type != existing.data_type:
             raise TritonModelException(
-                f"add_{kind}: {kind} '{name}' is already in the config (check as_dict() first)"
+                f"add_{kind}: {kind} '{name}' is {mc.DataType.Name(wanted.data_type)} here "
+                f"but {mc.DataType.Name(existing.data_type)} in the config"
             )
-        _parse(tensor, declared.add(), f"{kind} '{name}'")
+        if wanted.dims and existing.dims and list(wanted.dims) != list(existing.dims):
+            raise TritonModelException(
+                f"add_{kind}: {kind} '{name}' has dims {list(wanted.dims)} here but "
+                f"{list(existing.dims)} in the config"
+            )
 
 
 def _parse(data: dict[str, Any], message: Any, where: str) -> None:

@@ -42,6 +42,14 @@ _ERROR_CLASSES = {
 }
 
 
+ALL = -1  # a failure's request index when every request of the batch failed alike
+MAX_MESSAGE_CHARS = 512  # per failed request: the reply must fit one worker message
+
+
+def _capped(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "..."
+
+
 def output_key(index: int, name: str) -> str:
     return f"{index}:{name}"
 
@@ -49,17 +57,17 @@ def output_key(index: int, name: str) -> str:
 class PythonBackend(Backend):
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
-        if config.model_transaction_policy.decoupled:
-            raise BackendUnavailable(
-                f"model '{config.name}': decoupled Python models (model_transaction_policy "
-                "{ decoupled: true }) are not supported by this server yet"
-            )
         sys.modules.setdefault("triton_python_backend_utils", pb_utils)
         model_class = _model_class(artifact, config.name)
         self.completed = False
         if hasattr(model_class, "auto_complete_config"):
             model_class.auto_complete_config(ModelConfig(config))
             self.completed = True
+        if config.model_transaction_policy.decoupled:  # the config's or the model's own
+            raise BackendUnavailable(
+                f"model '{config.name}': decoupled Python models (model_transaction_policy "
+                "{ decoupled: true }) are not supported by this server yet"
+            )
         self._batched = config.max_batch_size > 0
         self._output_types = {t.name: v2_datatype(t.data_type) for t in config.output}
         self._loop: asyncio.AbstractEventLoop | None = None  # for an `async def execute`
@@ -121,14 +129,13 @@ class PythonBackend(Backend):
         try:
             responses = self._execute(requests)
         except Exception as exc:  # the model's own failure fails every request it had
-            message = f"{type(exc).__name__}: {exc}"
-            return {}, [(i, "Internal", message) for i in range(len(requests))]
+            return {}, [(ALL, "Internal", _capped(f"{type(exc).__name__}: {exc}"))]
         if not isinstance(responses, list | tuple) or len(responses) != len(requests):
             got = (
                 len(responses) if isinstance(responses, list | tuple) else type(responses).__name__
             )
             message = f"execute returned {got} responses for {len(requests)} requests"
-            return {}, [(i, "Internal", message) for i in range(len(requests))]
+            return {}, [(ALL, "Internal", message)]
         outputs: dict[str, np.ndarray] = {}
         failures: list[Failure] = []
         for index, (info, response) in enumerate(zip(infos, responses, strict=True)):
@@ -136,7 +143,7 @@ class PythonBackend(Backend):
                 for name, array in self._response_outputs(info, response).items():
                     outputs[output_key(index, name)] = array
             except _RequestFailed as failed:
-                failures.append((index, failed.kind, failed.message))
+                failures.append((index, failed.kind, _capped(failed.message)))
         return outputs, failures
 
     def _execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
@@ -153,6 +160,10 @@ class PythonBackend(Backend):
             raise _RequestFailed("Internal", f"execute returned a {kind}, not InferenceResponse")
         if response.has_error():
             error = response.error()
+            if not isinstance(error, pb_utils.TritonError):
+                raise _RequestFailed(
+                    "Internal", f"the response's error is a {type(error).__name__}"
+                )
             raise _RequestFailed(_ERROR_CLASSES.get(error.code(), "Internal"), error.message())
         produced = {t.name(): t.as_numpy() for t in response.output_tensors()}
         rows, names = info[0], info[1]

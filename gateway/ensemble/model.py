@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from accel_base.errors import GatewayError, Internal
+from accel_base.errors import GatewayError, Internal, InvalidArgument, NotFound, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.ensemble.plan import Step
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -81,6 +81,16 @@ class EnsembleModel:
         left = list(self.steps)
         while left:
             ready = [s for s in left if all(t in tensors for t in s.inputs.values())]
+            if not ready:  # an optional ensemble input the request left out
+                coming = {t for s in left for t in s.outputs.values()}
+                step, absent = next(
+                    (s, t) for s in left for t in s.inputs.values()
+                    if t not in tensors and t not in coming
+                )  # fmt: skip
+                raise InvalidArgument(
+                    f"ensemble '{self.name}': {step.label} reads {absent}, which this "
+                    "request did not give"
+                )
             left = [s for s in left if s not in ready]
             if len(ready) == 1:
                 results = [await self._step(ready[0], request, tensors)]
@@ -114,6 +124,10 @@ class EnsembleModel:
         try:
             model = await self.resolve(step.model, step.version)
             response = await model.infer(call)
+        except NotFound as exc:  # the ensemble exists: its member is not there (503)
+            raise Unavailable(
+                f"ensemble '{self.name}' {step.label} failed: {exc.message}"
+            ) from None
         except GatewayError as exc:
             failed = type(exc)(f"ensemble '{self.name}' {step.label} failed: {exc.message}")
             raise failed from None

@@ -13,6 +13,7 @@ from accel_base import errors
 from gateway.inference import InferRequest
 
 Failures = dict[int, errors.GatewayError]
+ALL = -1  # backends.python.backend.ALL: the index of a failure of the whole batch
 
 
 def request_info(request: InferRequest, rows: int, output_names: list[str]) -> tuple:
@@ -40,7 +41,13 @@ async def run_requests(
     for key, array in outputs.items():
         index, _, name = key.partition(":")
         parts[int(index)][name] = array
-    failures = {index: _error(model, kind, message) for index, kind, message in failed}
+    failures = {}
+    for index, kind, message in failed:
+        error = _error(model, kind, message)
+        if index == ALL:  # execute() itself failed: every request of the batch with it
+            failures = dict.fromkeys(range(len(infos)), error)
+            break
+        failures[index] = error
     return parts, run_ns, failures
 
 

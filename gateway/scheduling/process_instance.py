@@ -118,6 +118,11 @@ class ProcessInstance:
         self._watch(loop, worker)
         try:
             worker.send_run(inputs, output_names, requests)
+        except ValueError as exc:  # the batch's per-request metadata is over one message
+            raise errors.InvalidArgument(
+                f"model '{self.model}': this batch's request ids and parameters are too large "
+                f"to send to its worker ({exc}); send smaller ones"
+            ) from None
         except OSError:  # the worker died since its last batch; its reader will see it
             raise errors.Unavailable(
                 f"model '{self.model}': the worker process of instance {self.name} is gone; "

@@ -12,7 +12,7 @@ import pytest
 from accel_base.proto import model_config_pb2 as mc
 from backends import Device
 from backends.python import pb_utils
-from backends.python.backend import PythonBackend
+from backends.python.backend import ALL, PythonBackend
 from gateway.model_config import read_config
 from models import python_models
 
@@ -80,8 +80,8 @@ class TritonPythonModel:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("raise ValueError('no')", "ValueError: no"),
-        ("return []", "execute returned 0 responses for 1 requests"),
+        ("raise ValueError('no')", "ValueError: no"),  # the whole batch (index ALL)
+        ("return []", "execute returned 0 responses for 1 requests"),  # the same
         ("return [None]", "execute returned a NoneType, not InferenceResponse"),
         (
             "return [pb_utils.InferenceResponse([pb_utils.Tensor('Y', x.astype(np.float64))])]",
@@ -99,7 +99,8 @@ def test_what_a_model_gets_wrong_fails_its_requests_with_a_reason(tmp_path, body
     info = (1, ("Y",), {}, "", 0)
     outputs, failures = backend.run_requests({"X": np.ones((1, 2), np.float32)}, ["Y"], [info])
     assert outputs == {}
-    assert failures == [(0, "Internal", message)]
+    whole_batch = body.startswith(("raise", "return []"))
+    assert failures == [(ALL if whole_batch else 0, "Internal", message)]
 
 
 def test_initialize_gets_tritons_arguments(tmp_path):
@@ -142,3 +143,64 @@ def test_pb_utils_tensors_types_and_dlpack():
     response = pb_utils.InferenceResponse([tensor], parameters={"a": 1})
     assert pb_utils.get_output_tensor_by_name(response, "x") is tensor
     assert json.loads(response.parameters()) == {"a": 1} and not response.has_error()
+
+
+SEEN = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        self.seen = [(r.request_id(), r.parameters(), r.correlation_id(),
+                      r.requested_output_names()) for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", r.inputs()[0].as_numpy())])
+                for r in requests]
+"""
+
+
+def test_each_request_keeps_its_id_parameters_and_correlation_id(tmp_path):
+    backend = load(tmp_path, "seen", SEEN)
+    infos = [(1, ("Y",), {"a": 1}, "first", 0), (1, ("Y",), {"sequence_id": 9}, "second", 9)]
+    backend.run_requests({"X": np.ones((2, 2), np.float32)}, ["Y"], infos)
+    assert [(i, json.loads(p), c, o) for i, p, c, o in backend.model.seen] == [
+        ("first", {"a": 1}, 0, ["Y"]),
+        ("second", {"sequence_id": 9}, 9, ["Y"]),
+    ]
+
+
+COMPLETING = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [2]})
+        config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [2]})
+        config.set_max_batch_size(8)
+        {extra}
+        return config
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_auto_complete_merges_with_what_the_config_already_declares(tmp_path):
+    """The same call again on its own completed config (a second instance, a restarted
+    worker) changes nothing, as in Triton; a different datatype is refused."""
+    backend = load(tmp_path, "again", COMPLETING.replace("{extra}", ""))  # X, Y declared already
+    completed = backend.completed_config()
+    assert [t.name for t in completed.input] == ["X"] and completed.max_batch_size == 4
+    again = PythonBackend(tmp_path / "again" / "1" / "model.py", completed, Device())
+    assert again.completed_config().SerializeToString() == completed.SerializeToString()
+    (tmp_path / "again" / "1" / "model.py").write_text(
+        COMPLETING.replace("{extra}", "config.add_output({'name': 'Y', 'data_type': 'TYPE_INT32'})")
+    )
+    with pytest.raises(pb_utils.TritonModelException, match="'Y' is TYPE_INT32 here but TYPE_FP32"):
+        load(tmp_path, "again")
+
+
+def test_decoupled_declared_by_the_model_is_refused_too(tmp_path):
+    extra = "config.set_model_transaction_policy({'decoupled': True})"
+    with pytest.raises(Exception, match="decoupled Python models"):
+        load(tmp_path, "d2", COMPLETING.replace("{extra}", extra))

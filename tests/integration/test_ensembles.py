@@ -34,6 +34,25 @@ def server(tmp_path_factory):
     text = (broken / "config.pbtxt").read_text().replace("digits_pipeline", "broken_pipeline")
     text = text.replace('key: "pixels" value: "pixels"', 'key: "pixels" value: "pxls"')
     (broken / "config.pbtxt").write_text(text)
+    optional = repo / "optional_pipeline"  # its IMAGE may be left out, and then?
+    shutil.copytree(repo / "digits_pipeline", optional)
+    text = (optional / "config.pbtxt").read_text().replace("digits_pipeline", "optional_pipeline")
+    text = text.replace(
+        "data_type: TYPE_UINT8, dims: [ 8, 8 ] }",
+        "data_type: TYPE_UINT8, dims: [ 8, 8 ], optional: true }",
+    )
+    assert "optional: true" in text
+    (optional / "config.pbtxt").write_text(text)
+    for name, other in (("cycle_a", "cycle_b"), ("cycle_b", "cycle_a")):  # each a step of the other
+        (repo / name).mkdir()
+        (repo / name / "config.pbtxt").write_text(
+            f'name: "{name}" platform: "ensemble" max_batch_size: 64\n'
+            'input [ { name: "IMAGE" data_type: TYPE_UINT8 dims: [ 8, 8 ] } ]\n'
+            'output [ { name: "LABEL" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            f'ensemble_scheduling {{ step [ {{ model_name: "{other}" model_version: -1 '
+            'input_map { key: "IMAGE" value: "IMAGE" } '
+            'output_map { key: "LABEL" value: "LABEL" } } ] }\n'
+        )
     process = start_server(
         repo, "--model-control-mode", "explicit", "--load-model", "digits_pipeline",
         log_dir=tmp_path_factory.mktemp("ensemble-logs"),
@@ -135,3 +154,22 @@ def test_a_wrong_section_is_refused_at_load_with_the_reason(server):
         http.load_model("broken_pipeline")
     assert "failed to load 'broken_pipeline'" in failed.value.message()
     assert "step 1 (model 'digits') reads 'pxls'" in failed.value.message()
+
+
+def test_ensembles_that_contain_each_other_are_refused_not_hung(server):
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    with pytest.raises(InferenceServerException) as failed:
+        http.load_model("cycle_a")
+    assert "must not form a cycle" in failed.value.message()
+    assert "cycle_a -> cycle_b -> cycle_a" in failed.value.message()
+    assert http.is_server_live()
+
+
+def test_a_step_whose_input_the_request_left_out_fails_it_not_the_server(server):
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    http.load_model("optional_pipeline")
+    with pytest.raises(InferenceServerException) as failed:
+        http.infer("optional_pipeline", [])
+    assert failed.value.status() == "400"
+    assert "reads IMAGE, which this request did not give" in failed.value.message()
+    assert http.is_server_live()

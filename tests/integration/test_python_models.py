@@ -104,6 +104,7 @@ def test_bytes_in_and_out_with_a_config_the_model_completed(server):
 
 def test_an_error_response_fails_its_request_alone(server):
     http = httpclient.InferenceServerClient(server.http_url, concurrency=8)
+    before = http.get_inference_statistics("py_strings")["model_stats"][0]
 
     sent = []
     for i in range(32):
@@ -123,6 +124,9 @@ def test_an_error_response_fails_its_request_alone(server):
             assert result.status() == "400"
         else:
             assert result == [[b"X"]]
+    # ... and they did share batches with the requests that failed.
+    after = http.get_inference_statistics("py_strings")["model_stats"][0]
+    assert after["execution_count"] - before["execution_count"] < 32
 
 
 def test_a_model_calls_another_model_of_the_gateway(server):

@@ -22,7 +22,7 @@ from models.onnx_graphs import IR_VERSION, OPSET
 
 # Hand-written ONNX (and the scikit-learn digits), built with onnx and scikit-learn alone, always.
 ONNX_BASE = ["simple", *(f"identity_{dt}" for dt in identity.DATATYPES), "digits", "mlp",
-             "mixed_onnx"]  # fmt: skip
+             "mixed_onnx", "accumulate", "accumulate_oldest"]  # fmt: skip
 BASE = [*ONNX_BASE, *python_models.DESCRIPTIONS]  # and the Python-backend models
 # Built when the group's framework is installed, in this order after BASE.
 GROUPS = {
@@ -168,7 +168,7 @@ print("DIR", build.repository_dir_name())
 
 
 def test_repository_dir_name_names_the_installed_groups() -> None:
-    assert build_mod.BUILDER_VERSION == "5"
+    assert build_mod.BUILDER_VERSION == "6"
     assert build_mod.repository_dir_name() == "example-repository-" + "+".join(
         [build_mod.BUILDER_VERSION, *INSTALLED]
     )
