@@ -1,16 +1,17 @@
-"""A Triton Python-backend model against the plain ONNX model doing the same work.
+"""A Triton Python-backend model and an ensemble against the plain ONNX model.
 
     .venv/bin/python -m benchmarks.python_backend [--concurrency 1 8] [--measurement-ms 3000]
 
-One gateway pinned to one core serves `identity_fp32` (ONNX Runtime, on the event loop)
-and `py_identity` (models/python/py_identity: the same identity as a `model.py`, in a
-worker process of its own, under dynamic batching), both FP32 [1, 16] at batch 1.
+One gateway pinned to one core serves `identity_fp32` (ONNX Runtime, on the event loop),
+`py_identity` (models/python/py_identity: the same identity as a `model.py`, in a
+worker process of its own, under dynamic batching) and `onnx_pair` (an ensemble of two
+ONNX identities, one after the other), all FP32 [1, 16] at batch 1.
 perf_analyzer runs on the other core. The worker process is pinned with the gateway (it
 inherits its affinity), so the two share the one core, as they would share a machine.
 Printed: each model's throughput against the in-process floor (ONNX Runtime identity
-at batch 1 on the server's core) and the Python model's throughput and p50 against
-the ONNX model's. The figures say what a request pays for crossing to a Python worker
-and back; no goal is set.
+at batch 1 on the server's core), and the Python model's and the ensemble's throughput
+against the ONNX model's. The figures say what a request pays for crossing to a Python
+worker and back, and for a second step; no goal is set.
 """
 
 from __future__ import annotations
@@ -26,7 +27,19 @@ from gateway.launch import start_gateway
 from models import identity, python_models
 
 PROTOCOLS = (("HTTP binary", "http"), ("gRPC unary", "grpc"))
-TARGETS = ("identity_fp32", "py_identity")
+TARGETS = ("identity_fp32", "py_identity", "onnx_pair")
+PAIR = """name: "onnx_pair"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "identity_fp32" model_version: -1
+    input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "mid" } },
+  { model_name: "identity_fp32" model_version: -1
+    input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }
+] }
+"""
 SHAPE = ("--shape", "INPUT0:16")  # both declare [-1]
 
 
@@ -40,6 +53,8 @@ def main() -> None:
         repository = Path(tmp) / "repository"
         identity.build_one(repository, "fp32")
         python_models.build(repository, ("py_identity",))
+        (repository / "onnx_pair").mkdir()
+        (repository / "onnx_pair" / "config.pbtxt").write_text(PAIR)
         feed = {"INPUT0": np.ones((1, 16), np.float32)}
         floor = onnx_floor(repository / "identity_fp32", feed, ["OUTPUT0"], args.server_core)
         server = start_gateway(
@@ -59,18 +74,19 @@ def main() -> None:
             server.stop()
     print(f"\nfloor: ONNX Runtime identity in-process, batch 1: {floor:,.0f} /s")
     print(
-        f"{'path':<13}{'conc':>5}{'ONNX /s':>10}{'x floor':>8}{'Python /s':>11}{'x floor':>8}"
-        f"{'Py/ONNX':>9}{'p50 ONNX':>10}{'p50 Py':>8}"
+        f"{'path':<13}{'conc':>5}{'ONNX /s':>10}{'x floor':>8}{'Python /s':>11}{'x ONNX':>8}"
+        f"{'pair /s':>9}{'x ONNX':>8}{'p50 ONNX':>10}{'p50 Py':>8}{'p50 pair':>10}"
     )
     for label, _ in PROTOCOLS:
         for concurrency in args.concurrency:
-            onnx, python = (results[label, concurrency, t] for t in TARGETS)
-            ratio = python.throughput / onnx.throughput if onnx.throughput else float("nan")
+            onnx, python, pair = (results[label, concurrency, t] for t in TARGETS)
+            base = onnx.throughput or float("nan")
             print(
                 f"{label:<13}{concurrency:>5}{onnx.throughput:>10,.0f}"
                 f"{onnx.throughput / floor:>8.3f}{python.throughput:>11,.0f}"
-                f"{python.throughput / floor:>8.3f}{ratio:>9.3f}"
-                f"{onnx.p50_us / 1000:>9.2f}ms{python.p50_us / 1000:>6.2f}ms"
+                f"{python.throughput / base:>8.3f}{pair.throughput:>9,.0f}"
+                f"{pair.throughput / base:>8.3f}{onnx.p50_us / 1000:>8.2f}ms"
+                f"{python.p50_us / 1000:>6.2f}ms{pair.p50_us / 1000:>8.2f}ms"
             )
 
 

@@ -6,6 +6,7 @@ the HTTP and gRPC fronts only translate to and from their wire formats.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -17,12 +18,14 @@ from accel_base.errors import (
 )
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
+from gateway.decoupled import stream_responses
 from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
 from gateway.model import ModelVersion
 from gateway.model_calls import ModelCalls
 from gateway.repository import ModelRepository
 from gateway.routing.router import RouterModel
+from gateway.scheduling.execution import worker_settings
 from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shared_memory_calls import SharedMemoryCalls
 from gateway.shedding import LoopShedder
@@ -112,6 +115,32 @@ class InferenceCore(SharedMemoryCalls):
         self.in_flight.enter()
         try:
             return await self._infer(request)
+        finally:
+            self.in_flight.leave()
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """A request on a gRPC stream: one response, or a decoupled model's many."""
+        if self.stopping:
+            raise Unavailable("the server is shutting down; send the request elsewhere")
+        model = await self._model(request.model_name, request.model_version)
+        if not getattr(model, "decoupled", False):
+            yield await self.infer(request)
+            return
+        known = {t.name for t in model.config.output}
+        unknown = [o.name for o in request.outputs if o.name not in known]
+        if unknown:
+            raise InvalidArgument(
+                f"model '{model.name}' has no output {', '.join(unknown)}; its outputs are: "
+                f"{', '.join(known)}"
+            )
+        idle_s = worker_settings(model.config).run_timeout_s  # between two responses
+        self.in_flight.enter()
+        try:
+            async for response in stream_responses(
+                request, self.model_calls.streams, model.infer, model.name,
+                str(model.version), idle_s,
+            ):  # fmt: skip
+                yield response
         finally:
             self.in_flight.leave()
 

@@ -52,6 +52,9 @@ class InferRequest:
     # Looks up an HTTP header or gRPC metadata value by its lower-case name (a router's
     # sticky key may come that way); None where the front gives none.
     header: Callable[[str], str | None] | None = None
+    # For a decoupled model: (the stream token its responses go to, the output names it
+    # asked for); set by gateway/decoupled.py.
+    stream: tuple[str, list[str]] | None = None
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.datatypes import v2_datatype
-from accel_base.errors import GatewayError, Unavailable
+from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.gpu import gpu_count
@@ -158,6 +158,11 @@ class ModelVersion:
         info = platform_info(platform_of(config))
         self._warms_up = info.warm_up
         rules = RequestRules.from_config(config)
+        # A decoupled model answers through its stream (gateway/decoupled.py): the batch
+        # itself answers nothing.
+        self.decoupled = config.model_transaction_policy.decoupled
+        if self.decoupled:
+            rules = dataclasses.replace(rules, outputs=())
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         budget_ms = queue_budget(config, queue_budget_ms)
         self.scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
@@ -297,6 +302,11 @@ class ModelVersion:
         return self._relative("; ".join(reasons))
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        if self.decoupled and request.stream is None:
+            raise InvalidArgument(
+                f"model '{self.name}' is decoupled: its responses come over a gRPC stream "
+                "(ModelStreamInfer), not as the answer to one call"
+            )
         self.last_used = time.monotonic()
         try:
             return await self.scheduler.infer(request)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from accel_base import call_wire
 from accel_base.errors import GatewayError, InvalidArgument
+from gateway.decoupled import ResponseStreams, Sent
 from gateway.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class ModelCalls:
         self._directory: str | None = None
         self._starting = asyncio.Lock()
         self._connections: set[asyncio.Task] = set()
+        self.streams = ResponseStreams()  # decoupled models' responses, by stream token
 
     async def start(self) -> str:
         """The socket's path, listening from the first call on."""
@@ -52,7 +54,11 @@ class ModelCalls:
             while True:
                 header = await reader.readexactly(call_wire.HEADER_BYTES)
                 body = await reader.readexactly(call_wire.frame_length(header))
-                writer.write(call_wire.encode(await self._answer(body)))
+                message = call_wire.decode(body)
+                if message[0] == "respond":  # a decoupled model's response: no answer
+                    await self._deliver(message)
+                    continue
+                writer.write(call_wire.encode(await self._answer(message)))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the worker ended or closed its connection
@@ -62,9 +68,19 @@ class ModelCalls:
             self._connections.discard(task)
             writer.close()
 
-    async def _answer(self, body: bytes) -> tuple:
+    async def _deliver(self, message: tuple) -> None:
         try:
-            request = _request(call_wire.decode(body))
+            _, token, outputs, parameters, final, error = message
+            tensors = [call_wire.from_wire(wire, "output") for wire in outputs]
+        except (ValueError, TypeError, GatewayError) as exc:
+            log.warning("a decoupled model's response was refused: %s", exc)
+            return
+        sent = Sent(tensors, dict(parameters or {}), bool(final), error)
+        await self.streams.deliver(str(token), sent)
+
+    async def _answer(self, message: tuple) -> tuple:
+        try:
+            request = _request(message)
             response = await self.infer(request)
             outputs = [call_wire.to_wire(t.name, t.data, t.datatype) for t in response.outputs]
             return (

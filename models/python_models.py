@@ -12,6 +12,7 @@ DESCRIPTIONS = {
     "py_identity": "Python backend, FP32 identity, dynamic batching (execute gets a list)",
     "py_strings": "Python backend, BYTES upper-cased and measured; config from the model",
     "py_bls": "Python backend calling `simple` through the gateway (async_exec)",
+    "py_repeat": "Python backend, decoupled: COUNT responses per request over the gRPC stream",
     "digits_preprocess": "Python backend, an 8x8 grey image as the pixels `digits` takes",
     "digits_postprocess": "Python backend, `digits` probabilities as a label and confidence",
     "digits_pipeline": "ensemble: digits_preprocess -> digits -> digits_postprocess",

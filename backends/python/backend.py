@@ -25,21 +25,14 @@ from accel_base.config_json import config_to_json
 from accel_base.datatypes import datatype_of, v2_datatype
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Backend, BackendUnavailable, Device, TensorSpec
-from backends.python import pb_utils
+from backends.python import model_calls, pb_utils
 from backends.python.auto_complete import ModelConfig
+from backends.python.sender import ERROR_CLASSES, ResponseSender
 
-# (rows, requested output names, parameters, request id, correlation id) of one request.
-RequestInfo = tuple[int, tuple[str, ...], dict[str, Any], str, Any]
+# (rows, requested output names, parameters, request id, correlation id, stream token)
+# of one request; the token is a decoupled request's (gateway/decoupled.py), else "".
+RequestInfo = tuple[int, tuple[str, ...], dict[str, Any], str, Any, str]
 Failure = tuple[int, str, str]  # (request index, gateway error class name, message)
-
-# A TritonError's code -> the gateway error class its request fails with.
-_ERROR_CLASSES = {
-    pb_utils.TritonError.INVALID_ARG: "InvalidArgument",
-    pb_utils.TritonError.UNSUPPORTED: "InvalidArgument",
-    pb_utils.TritonError.NOT_FOUND: "NotFound",
-    pb_utils.TritonError.UNAVAILABLE: "Unavailable",
-    pb_utils.TritonError.CANCELLED: "Cancelled",
-}
 
 
 ALL = -1  # a failure's request index when every request of the batch failed alike
@@ -63,11 +56,9 @@ class PythonBackend(Backend):
         if hasattr(model_class, "auto_complete_config"):
             model_class.auto_complete_config(ModelConfig(config))
             self.completed = True
-        if config.model_transaction_policy.decoupled:  # the config's or the model's own
-            raise BackendUnavailable(
-                f"model '{config.name}': decoupled Python models (model_transaction_policy "
-                "{ decoupled: true }) are not supported by this server yet"
-            )
+        # The config's or the model's own (auto_complete_config): responses through
+        # each request's sender, not execute()'s return.
+        self._decoupled = config.model_transaction_policy.decoupled
         self._batched = config.max_batch_size > 0
         self._output_types = {t.name: v2_datatype(t.data_type) for t in config.output}
         self._loop: asyncio.AbstractEventLoop | None = None  # for an `async def execute`
@@ -114,7 +105,7 @@ class PythonBackend(Backend):
         self, inputs: dict[str, np.ndarray], output_names: list[str], infos: list[RequestInfo]
     ) -> tuple[dict[str, np.ndarray], list[Failure]]:
         requests, offset = [], 0
-        for rows, names, parameters, request_id, correlation_id in infos:
+        for rows, names, parameters, request_id, correlation_id, *_ in infos:
             tensors = [
                 pb_utils.Tensor(name, array[offset : offset + rows] if self._batched else array)
                 for name, array in inputs.items()
@@ -126,6 +117,8 @@ class PythonBackend(Backend):
                     parameters=parameters,
                 )
             )  # fmt: skip
+        if self._decoupled:
+            return self._run_decoupled(requests, infos)
         try:
             responses = self._execute(requests)
         except Exception as exc:  # the model's own failure fails every request it had
@@ -146,6 +139,24 @@ class PythonBackend(Backend):
                 failures.append((index, failed.kind, _capped(failed.message)))
         return outputs, failures
 
+    def _run_decoupled(
+        self, requests: list[pb_utils.InferenceRequest], infos: list[RequestInfo]
+    ) -> tuple[dict[str, np.ndarray], list[Failure]]:
+        for request, info in zip(requests, infos, strict=True):
+            token = info[5] if len(info) > 5 else None
+            if not token:
+                message = f"model '{self.config.name}' is decoupled: call it over a gRPC stream"
+                return {}, [(ALL, "InvalidArgument", message)]
+            request._sender = ResponseSender(token, tuple(info[1]), model_calls.send_frame)
+        try:
+            result = self._execute(requests)
+        except Exception as exc:  # no response will come: the requests fail here
+            return {}, [(ALL, "Internal", _capped(f"{type(exc).__name__}: {exc}"))]
+        if result is not None:
+            message = "a decoupled model's execute must return None (responses go by sender)"
+            return {}, [(ALL, "Internal", message)]
+        return {}, []
+
     def _execute(self, requests: list[pb_utils.InferenceRequest]) -> Any:
         result = self.model.execute(requests)
         if inspect.isawaitable(result):
@@ -164,7 +175,7 @@ class PythonBackend(Backend):
                 raise _RequestFailed(
                     "Internal", f"the response's error is a {type(error).__name__}"
                 )
-            raise _RequestFailed(_ERROR_CLASSES.get(error.code(), "Internal"), error.message())
+            raise _RequestFailed(ERROR_CLASSES.get(error.code(), "Internal"), error.message())
         produced = {t.name(): t.as_numpy() for t in response.output_tensors()}
         rows, names = info[0], info[1]
         missing = [name for name in names if name not in produced]

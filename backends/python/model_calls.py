@@ -52,6 +52,17 @@ def call(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(tensors, parameters=parameters)
 
 
+def send_frame(frame: bytes) -> None:
+    """One frame that wants no answer (a decoupled model's response)."""
+    try:
+        _connection().sendall(frame)
+    except OSError as exc:
+        broken = _local.__dict__.pop("sock", None)
+        if broken is not None:
+            broken.close()
+        raise pb_utils.TritonModelException(f"the response could not be sent: {exc}") from None
+
+
 def _failed(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
 

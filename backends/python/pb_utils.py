@@ -177,6 +177,15 @@ class InferenceRequest:
         if isinstance(parameters, str):
             parameters = json.loads(parameters or "{}")
         self._parameters = dict(parameters or {})
+        self._sender: Any = None  # a decoupled model's (backends/python/sender.py)
+
+    def get_response_sender(self) -> Any:
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender() is for decoupled models "
+                "(model_transaction_policy { decoupled: true })"
+            )
+        return self._sender
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

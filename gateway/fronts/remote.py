@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import pickle
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from accel_base.errors import Internal, PayloadTooLarge, Unavailable
@@ -117,6 +117,11 @@ class RemoteCore(SharedMemoryCalls):
 
     def server_metadata(self) -> dict[str, Any]:
         return self.metadata
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """One response: a decoupled model's stream needs --workers 1 (its host refuses
+        it here, saying why)."""
+        yield await self.infer(request)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.stopping:

@@ -170,18 +170,29 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         tasks: set[asyncio.Task] = set()
 
         async def answer(message: pb.ModelInferRequest) -> None:
+            # Each item put takes a slot, which the writer gives back once it is sent:
+            # the request's own for its first, one more for each of a decoupled model's.
+            held = True
             try:
                 request = decode_request(message, self.core.shared_memory.input_array)
                 request.header = _Metadata(context)
-                response = encode_response(await self.core.infer(request))
-                await results.put(pb.ModelStreamInferResponse(infer_response=response))
+                async for response in self.core.infer_stream(request):
+                    if not held:
+                        await slots.acquire()
+                    held = False
+                    encoded = encode_response(response)
+                    await results.put(pb.ModelStreamInferResponse(infer_response=encoded))
+                if held:  # a decoupled request that ended with no response at all
+                    slots.release()
+                return
             except GatewayError as exc:
-                await results.put(_stream_error(exc.message, message))
+                error = _stream_error(exc.message, message)
             except Exception as exc:
                 log.exception("unexpected error in ModelStreamInfer")
-                await results.put(
-                    _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
-                )
+                error = _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
+            if not held:
+                await slots.acquire()
+            await results.put(error)
 
         async def read() -> None:
             try:

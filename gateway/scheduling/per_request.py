@@ -17,14 +17,20 @@ ALL = -1  # backends.python.backend.ALL: the index of a failure of the whole bat
 
 
 def request_info(request: InferRequest, rows: int, output_names: list[str]) -> tuple:
-    """What the worker's execute() sees of one request (workers/protocol.py)."""
+    """What the worker's execute() sees of one request (workers/protocol.py); a decoupled
+    request's output names and stream token come with its stream (gateway/decoupled.py)."""
     parameters = request.parameters
+    token = ""
+    if request.stream is not None:
+        token, asked = request.stream
+        output_names = asked
     return (
         rows,
         tuple(output_names),
         parameters,
         request.id,
         parameters.get("sequence_id", 0),
+        token,
     )
 
 
@@ -49,6 +55,11 @@ async def run_requests(
             break
         failures[index] = error
     return parts, run_ns, failures
+
+
+def failure_error(model: str, kind: str, message: str) -> errors.GatewayError:
+    """A failure a worker reported for a request, as the client sees it."""
+    return _error(model, kind, message)
 
 
 def _error(model: str, kind: str, message: str) -> errors.GatewayError:

@@ -115,13 +115,20 @@ def test_initialize_gets_tritons_arguments(tmp_path):
     assert backend.run({"X": np.ones((2, 2), np.float32)}, ["Y"])["Y"].shape == (2, 2)
 
 
-def test_decoupled_models_are_refused_with_the_reason(tmp_path):
+def test_a_decoupled_request_without_a_stream_is_refused_and_senders_are_for_decoupled(
+    tmp_path,
+):
     (tmp_path / "d" / "1").mkdir(parents=True)
     (tmp_path / "d" / "1" / "model.py").write_text("class TritonPythonModel: pass\n")
     config = mc.ModelConfig(name="d", backend="python")
     config.model_transaction_policy.decoupled = True
-    with pytest.raises(Exception, match="decoupled Python models"):
-        PythonBackend(tmp_path / "d" / "1" / "model.py", config, Device())
+    backend = PythonBackend(tmp_path / "d" / "1" / "model.py", config, Device())
+    _, failures = backend.run_requests({}, [], [(1, (), {}, "", 0, "")])
+    assert failures == [
+        (ALL, "InvalidArgument", "model 'd' is decoupled: call it over a gRPC stream")
+    ]
+    with pytest.raises(pb_utils.TritonModelException, match="for decoupled models"):
+        pb_utils.InferenceRequest("m").get_response_sender()
 
 
 def test_pb_utils_tensors_types_and_dlpack():
@@ -200,7 +207,7 @@ def test_auto_complete_merges_with_what_the_config_already_declares(tmp_path):
         load(tmp_path, "again")
 
 
-def test_decoupled_declared_by_the_model_is_refused_too(tmp_path):
+def test_decoupled_may_be_declared_by_the_model_itself(tmp_path):
     extra = "config.set_model_transaction_policy({'decoupled': True})"
-    with pytest.raises(Exception, match="decoupled Python models"):
-        load(tmp_path, "d2", COMPLETING.replace("{extra}", extra))
+    backend = load(tmp_path, "d2", COMPLETING.replace("{extra}", extra))
+    assert backend.completed_config().model_transaction_policy.decoupled

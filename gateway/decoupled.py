@@ -1,0 +1,105 @@
+"""Decoupled models (`model_transaction_policy { decoupled: true }`): a request may get any
+number of responses, sent by the model whenever it likes, the last one marked final.
+They travel from the worker over the model-call socket (gateway/model_calls.py) into
+the queue of the request's stream here, and out over gRPC's ModelStreamInfer.
+
+Each queue is bounded: a model that sends faster than the client reads waits (the
+socket's buffer fills, and its `send` blocks), rather than the gateway's memory growing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accel_base.errors import Unavailable
+from gateway.inference import InferRequest, InferResponse, Tensor
+from gateway.scheduling.per_request import failure_error
+
+MAX_QUEUED = 64  # responses of one request waiting for the stream to take them
+FINAL_PARAMETER = "triton_final_response"
+EMPTY_FINAL = "triton_enable_empty_final_response"
+
+
+@dataclass(slots=True)
+class Sent:
+    """One response as the model sent it."""
+
+    outputs: list[tuple[str, str, Any]]  # (name, datatype, array)
+    parameters: dict[str, Any]
+    final: bool
+    error: tuple[str, str] | None  # (the gateway error class name, the message)
+
+
+class ResponseStreams:
+    def __init__(self) -> None:
+        self._queues: dict[str, asyncio.Queue[Sent]] = {}
+        self._tokens = itertools.count(1)
+
+    def open(self) -> tuple[str, asyncio.Queue[Sent]]:
+        token = f"s{next(self._tokens)}"
+        queue = self._queues[token] = asyncio.Queue(MAX_QUEUED)
+        return token, queue
+
+    def close(self, token: str) -> None:
+        self._queues.pop(token, None)
+
+    async def deliver(self, token: str, sent: Sent) -> None:
+        """A response from a worker; one for a stream that is gone is dropped."""
+        queue = self._queues.get(token)
+        if queue is not None:
+            await queue.put(sent)
+
+
+async def stream_responses(
+    request: InferRequest,
+    streams: ResponseStreams,
+    run: Callable[[InferRequest], Awaitable[InferResponse]],
+    model: str,
+    version: str,
+    idle_timeout_s: float,
+) -> AsyncIterator[InferResponse]:
+    """The responses of one request to a decoupled model, until its final one. `run`
+    schedules the request (its execute() returns before or after the responses)."""
+    token, queue = streams.open()
+    request.stream = (token, [o.name for o in request.outputs])
+    request.outputs = []  # answered through the stream, not by the batch
+    running = asyncio.ensure_future(run(request))
+    empty_final = request.parameters.get(EMPTY_FINAL) is True
+    try:
+        while True:
+            getting = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait(
+                {getting, running} if not running.done() else {getting},
+                timeout=idle_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if getting not in done:
+                getting.cancel()
+                if running in done and running.exception() is not None:
+                    raise running.exception()  # execute() failed: no response will come
+                if not done:
+                    raise Unavailable(
+                        f"model '{model}' sent no response for {idle_timeout_s:g} s and "
+                        "no final one; the stream for this request is closed"
+                    )
+                continue
+            sent = getting.result()
+            if sent.error is not None:  # (error class name, message)
+                raise failure_error(model, *sent.error)
+            if sent.outputs or not sent.final or empty_final:
+                parameters = dict(sent.parameters)
+                if empty_final:
+                    parameters[FINAL_PARAMETER] = sent.final
+                outputs = [Tensor(n, d, a) for n, d, a in sent.outputs]
+                yield InferResponse(model, version, request.id, parameters, outputs)
+            if sent.final:
+                break
+        await running  # execute() may still be returning; its failure is ours too
+    finally:
+        streams.close(token)
+        if not running.done():
+            running.cancel()
