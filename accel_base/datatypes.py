@@ -98,7 +98,8 @@ def from_raw(
     expected = count * wire.itemsize
     if len(raw) != expected:
         raise InvalidArgument(
-            f"{where}: expected {expected} bytes for {datatype} shape {list(shape)}, got {len(raw)}"
+            f"{where} got unexpected byte size {len(raw)}, expected {expected} "
+            f"({datatype} shape {list(shape)})"
         )
     return np.frombuffer(raw, dtype=wire).reshape(shape)
 

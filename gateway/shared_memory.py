@@ -245,8 +245,9 @@ class SharedMemoryRegistry:
         wire = WIRE_DTYPES[datatype]
         if size != count * wire.itemsize:
             raise InvalidArgument(
-                f"{where}: {BYTE_SIZE} is {size} but {datatype} shape {list(shape)} needs "
-                f"{count * wire.itemsize} bytes"
+                f"{where} got unexpected byte size {size}, expected {count * wire.itemsize} "
+                f"({BYTE_SIZE} is {size} but {datatype} shape {list(shape)} needs "
+                f"{count * wire.itemsize} bytes)"
             )
         return region.read(wire, count, offset).reshape(shape)
 

@@ -66,6 +66,24 @@ def _show(dims: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
+def _missing_inputs(model: str, rules: RequestRules, got: list[str], missing: list[str]) -> str:
+    """Triton's words for inputs the request lacks (clients match on them)."""
+    required = sum(not rule.optional for rule in rules.inputs.values())
+    total = len(rules.inputs)
+    expected = (
+        f"{required}" if required == total else f"number of inputs between {required} and {total}"
+    )
+    return (
+        f"expected {expected} inputs but got {len(got)} inputs for model '{model}'. Got "
+        f"input(s) {_names(got)}, but missing required input(s) {_names(missing)}. Please "
+        "provide all required input(s)."
+    )
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
+
+
 def check_request(
     request: InferRequest, rules: RequestRules
 ) -> tuple[dict[str, np.ndarray], list[str], int]:
@@ -91,9 +109,10 @@ def check_request(
         if rules.max_batch_size > 0:
             expected = (-1, *rule.dims)
             if len(shape) == 0 or not _dims_match(rule.dims, shape[1:]):
-                raise InvalidArgument(
-                    f"input '{tensor.name}' of model '{model}': expected shape "
-                    f"{_show(expected)} (first dimension the batch), got {_show(shape)}"
+                raise InvalidArgument(  # Triton's words first: clients match on them
+                    f"unexpected shape for input '{tensor.name}' for model '{model}'. "
+                    f"Expected {_show(expected)}, got {_show(shape)} (the first dimension is "
+                    "the batch)"
                 )
             if not 1 <= shape[0] <= rules.max_batch_size:
                 raise InvalidArgument(
@@ -109,8 +128,8 @@ def check_request(
                 )
         elif not _dims_match(rule.dims, shape):
             raise InvalidArgument(
-                f"input '{tensor.name}' of model '{model}': expected shape {_show(rule.dims)}, "
-                f"got {_show(shape)}"
+                f"unexpected shape for input '{tensor.name}' for model '{model}'. "
+                f"Expected {_show(rule.dims)}, got {_show(shape)}"
             )
         data = tensor.data
         if rule.reshape is not None:
@@ -127,9 +146,7 @@ def check_request(
         name for name, rule in rules.inputs.items() if name not in feed and not rule.optional
     ]
     if missing:
-        raise InvalidArgument(
-            f"model '{model}' expects input(s) {', '.join(missing)} which the request lacks"
-        )
+        raise InvalidArgument(_missing_inputs(model, rules, list(feed), missing))
     if request.outputs:
         names = []
         for output in request.outputs:

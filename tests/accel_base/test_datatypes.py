@@ -26,7 +26,8 @@ def test_fixed_size_round_trip_is_zero_copy(datatype):
 
 def test_raw_size_mismatch_names_the_input():
     with pytest.raises(
-        InvalidArgument, match=r"input 'x': expected 64 bytes for INT32 shape \[1, 16\], got 60"
+        InvalidArgument,
+        match=r"input 'x' got unexpected byte size 60, expected 64 \(INT32 shape \[1, 16\]\)",
     ):
         from_raw(b"\0" * 60, "INT32", (1, 16), "input 'x'")
 

@@ -40,14 +40,18 @@ def test_valid_request_reshapes_and_defaults_outputs():
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        (request(a_shape=(3, 3, 5)), r"input 'a' of model 'm': expected shape \[-1,2,-1\]"),
+        (
+            request(a_shape=(3, 3, 5)),
+            r"unexpected shape for input 'a' for model 'm'. Expected \[-1,2,-1\], got \[3,3,5\]",
+        ),
         (request(a_shape=(5, 2, 5), b_shape=(5, 6)), "batch size 5 is outside 1..4"),
         (request(b_shape=(2, 6)), "batch size 2 differs"),
         (request(a_type="FP64"), "expected datatype FP32, got FP64"),
         (request(outputs=("nope",)), "has no output 'nope'; its outputs are: y, z"),
         (
             InferRequest("m", inputs=[Tensor("b", "INT32", np.zeros((1, 6), np.int32))]),
-            r"expects input\(s\) a",
+            r"expected 2 inputs but got 1 inputs for model 'm'. Got input\(s\) \['b'\], but "
+            r"missing required input\(s\) \['a'\]. Please provide all required input\(s\).",
         ),
         (
             InferRequest("m", inputs=[Tensor("c", "INT32", np.zeros((1, 6), np.int32))]),

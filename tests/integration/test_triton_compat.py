@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -87,3 +88,24 @@ def test_a_config_override_may_leave_the_platform_out(server):
     http.load_model("identity_fp32_bare", config=json.dumps(override))
     config = http.get_model_config("identity_fp32_bare")
     assert config["platform"] == "onnxruntime_onnx" and "dynamic_batching" in config
+
+
+def test_input_errors_in_tritons_words(server):
+    for client in both_clients(server):
+        module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+        first = module.InferInput("INPUT0", [1, 16], "INT32")
+        first.set_data_from_numpy(np.zeros((1, 16), np.int32))
+        with pytest.raises(InferenceServerException) as failed:
+            client.infer("simple", [first])
+        assert (
+            "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], "
+            "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+        ) in failed.value.message()
+        pair = [module.InferInput(n, [2, 8], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in pair:
+            tensor.set_data_from_numpy(np.zeros((2, 8), np.int32))
+        with pytest.raises(InferenceServerException) as failed:
+            client.infer("simple", pair)
+        assert (
+            "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [2,8]"
+        ) in failed.value.message()
