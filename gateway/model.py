@@ -167,14 +167,10 @@ class ModelVersion:
         budget_ms = queue_budget(config, queue_budget_ms)
         self.scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
         if config.HasField("sequence_batching"):
-            if info.per_request:
-                raise BackendUnavailable(
-                    f"model '{config.name}': a Python model under sequence_batching is not "
-                    "supported by this server yet"
-                )
             self.scheduler = SequenceBatcher(
-                self.pool, rules, output_datatypes, self.stats, config, max_queue_size
-            )
+                self.pool, rules, output_datatypes, self.stats, config, max_queue_size,
+                per_request=info.per_request,
+            )  # fmt: skip
         elif config.HasField("dynamic_batching") and config.max_batch_size > 0:
             self.scheduler = DynamicBatcher(
                 self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ def server(tmp_path_factory):
 
     repo = tmp_path_factory.mktemp("sequences") / "repository"
     sequence.build(repo)
+    shutil.copytree(Path(__file__).parent / "python_models" / "py_counter", repo / "py_counter")
     # A copy with a long window: the oldest strategy waits for its preferred batch of 4
     # sequences however slowly the client's concurrent requests arrive.
     shutil.copytree(repo / sequence.OLDEST, repo / WINDOWED)
@@ -166,3 +168,22 @@ def test_an_idle_sequence_is_released(server):
     with pytest.raises(InferenceServerException) as failed:
         step(http, sequence.NAME, 777, 5)
     assert "must specify the START flag" in failed.value.message()
+
+
+def test_a_python_model_sees_its_requests_correlation_ids_and_controls(server):
+    http = httpclient.InferenceServerClient(server.http_url, concurrency=8)
+    for round_ in range(3):
+        sent = {
+            key: http.async_infer(
+                "py_counter",
+                [value(httpclient, number)],
+                sequence_id=key,
+                sequence_start=round_ == 0,
+                sequence_end=round_ == 2,
+            )  # fmt: skip
+            for key, number in (("x", 1), (31, 10), ("y", 100))
+        }
+        for key, number in (("x", 1), (31, 10), ("y", 100)):
+            result = sent[key].get_result()
+            assert int(result.as_numpy("OUTPUT")[0, 0]) == number * (round_ + 1)
+            assert result.as_numpy("CONTROLS")[0].tolist() == [int(round_ == 0), int(round_ == 2)]

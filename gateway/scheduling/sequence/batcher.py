@@ -25,6 +25,7 @@ from accel_base import batch as batching
 from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
+from gateway.scheduling.per_request import request_info, run_requests
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.scheduling.sequence.controls import (
@@ -52,7 +53,10 @@ class SequenceBatcher:
         config: mc.ModelConfig,
         max_queue_size: int,
         clock: Callable[[], float] = time.monotonic,
+        per_request: bool = False,
     ) -> None:
+        """`per_request`: the backend answers each request on its own (a Python model:
+        scheduling/per_request.py)."""
         settings = config.sequence_batching
         self.pool = pool
         self.rules = rules
@@ -62,6 +66,7 @@ class SequenceBatcher:
         self.controls = controls_of(config)
         self.states = states_of(config)
         self.batched = config.max_batch_size > 0
+        self.per_request = per_request
         self.oldest = settings.HasField("oldest")
         strategy = settings.oldest if self.oldest else settings.direct
         self.max_delay_s = strategy.max_queue_delay_microseconds / 1e6
@@ -168,10 +173,19 @@ class SequenceBatcher:
         try:
             feed = self._feed(chosen, requests, rows)
             names = sorted({n for q in requests for n in q.output_names})
-            wanted = names + [s.output for s in self.states if s.output not in names]
-            outputs, infer_ns = await instance.run(feed, wanted)
-            ran = time.perf_counter_ns()
-            self._answer(chosen, requests, rows, outputs, names)
+            states = [s.output for s in self.states if s.output not in names]
+            wanted = names + states
+            if self.per_request:  # a Python model: each request answered on its own
+                infos = [request_info(q.request, 1, q.output_names + states) for q in requests]
+                parts, infer_ns, failures = await run_requests(
+                    instance, feed, wanted, infos, self.rules.model
+                )
+                ran = time.perf_counter_ns()
+                self._answer_each(chosen, requests, parts, failures)
+            else:
+                outputs, infer_ns = await instance.run(feed, wanted)
+                ran = time.perf_counter_ns()
+                self._answer(chosen, requests, rows, outputs, names)
         except Exception as exc:  # the batch fails its own requests; the sequences go on
             error = backend_failure(self.rules.model, exc)
             for queued in requests:
@@ -193,8 +207,9 @@ class SequenceBatcher:
             self.stats.record_success(done - queued.start_ns, began - queued.start_ns)
 
     def _rows(self, chosen: list[Sequence]) -> list[Sequence | None]:
-        """Each row of the batch: its sequence, or None for an idle direct slot."""
-        if self.oldest or not self.batched:
+        """Each row of the batch: its sequence, or None for an idle direct slot (none for
+        a Python model, whose execute() gets the requests themselves)."""
+        if self.oldest or not self.batched or self.per_request:
             return list(chosen)
         rows: list[Sequence | None] = [None] * (max(s.slot for s in chosen) + 1)
         for sequence in chosen:
@@ -243,6 +258,25 @@ class SequenceBatcher:
                 sequence.state[state.input] = np.array(value[row] if self.batched else value)
             if not queued.future.done():
                 queued.future.set_result({n: np.array(v) for n, v in part.items()})
+
+    def _answer_each(self, chosen, requests, parts, failures) -> None:
+        """A per-request backend's answers: each request's own outputs, or its failure."""
+        for index, (sequence, queued) in enumerate(zip(chosen, requests, strict=True)):
+            failure = failures.get(index)
+            if failure is None:
+                part = parts[index]
+                for state in self.states:
+                    value = part.get(state.output)
+                    if value is not None:  # kept past this batch: a copy, not a view
+                        sequence.state[state.input] = np.array(value[0] if self.batched else value)
+                result: Any = {n: np.array(part[n]) for n in queued.output_names if n in part}
+            if queued.future.done():
+                continue
+            if failure is not None:
+                self.stats.record_failure(time.perf_counter_ns() - queued.start_ns, "BACKEND")
+                queued.future.set_exception(failure)
+            else:
+                queued.future.set_result(result)
 
     def _release_idle(self) -> None:
         for sequence in self.registry.idle(self.clock(), self.idle_s):
