@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accel_base.errors import Unavailable
+from accel_base.errors import GatewayError, Unavailable
 from gateway.inference import InferRequest, InferResponse, Tensor
 from gateway.scheduling.per_request import failure_error
 
@@ -34,24 +34,44 @@ class Sent:
     error: tuple[str, str] | None  # (the gateway error class name, the message)
 
 
+class _Stream:
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Sent] = asyncio.Queue(MAX_QUEUED)
+        self.closed = asyncio.Event()
+
+
 class ResponseStreams:
     def __init__(self) -> None:
-        self._queues: dict[str, asyncio.Queue[Sent]] = {}
+        self._streams: dict[str, _Stream] = {}
         self._tokens = itertools.count(1)
 
     def open(self) -> tuple[str, asyncio.Queue[Sent]]:
         token = f"s{next(self._tokens)}"
-        queue = self._queues[token] = asyncio.Queue(MAX_QUEUED)
-        return token, queue
+        stream = self._streams[token] = _Stream()
+        return token, stream.queue
 
     def close(self, token: str) -> None:
-        self._queues.pop(token, None)
+        stream = self._streams.pop(token, None)
+        if stream is not None:
+            stream.closed.set()  # a delivery waiting for room gives up
 
     async def deliver(self, token: str, sent: Sent) -> None:
-        """A response from a worker; one for a stream that is gone is dropped."""
-        queue = self._queues.get(token)
-        if queue is not None:
-            await queue.put(sent)
+        """A response from a worker; one for a stream that is gone is dropped. While the
+        stream's queue is full this waits (the worker's send waits with it), until there
+        is room or the stream closes."""
+        stream = self._streams.get(token)
+        if stream is None:
+            return
+        if not stream.queue.full():
+            stream.queue.put_nowait(sent)
+            return
+        put = asyncio.ensure_future(stream.queue.put(sent))
+        closed = asyncio.ensure_future(stream.closed.wait())
+        try:
+            await asyncio.wait({put, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            put.cancel()
+            closed.cancel()
 
 
 async def stream_responses(
@@ -61,36 +81,37 @@ async def stream_responses(
     model: str,
     version: str,
     idle_timeout_s: float,
-) -> AsyncIterator[InferResponse]:
-    """The responses of one request to a decoupled model, until its final one. `run`
-    schedules the request (its execute() returns before or after the responses)."""
+) -> AsyncIterator[InferResponse | GatewayError]:
+    """The responses of one request to a decoupled model, until its final one; an error
+    response comes as the error (the stream sends it, and goes on unless it was final).
+    `run` schedules the request (its execute() returns before or after the responses)."""
     token, queue = streams.open()
     request.stream = (token, [o.name for o in request.outputs])
     request.outputs = []  # answered through the stream, not by the batch
     running = asyncio.ensure_future(run(request))
     empty_final = request.parameters.get(EMPTY_FINAL) is True
+    getting: asyncio.Future | None = None
     try:
         while True:
-            getting = asyncio.ensure_future(queue.get())
+            if queue.empty() and running.done() and running.exception() is not None:
+                raise running.exception()  # execute() failed: no response will come
+            if getting is None:
+                getting = asyncio.ensure_future(queue.get())
+            waiting = {getting} if running.done() else {getting, running}
             done, _ = await asyncio.wait(
-                {getting, running} if not running.done() else {getting},
-                timeout=idle_timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
+                waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
+            if not done:
+                raise Unavailable(
+                    f"model '{model}' sent no response for {idle_timeout_s:g} s and no "
+                    "final one; the stream for this request is closed"
+                )
             if getting not in done:
-                getting.cancel()
-                if running in done and running.exception() is not None:
-                    raise running.exception()  # execute() failed: no response will come
-                if not done:
-                    raise Unavailable(
-                        f"model '{model}' sent no response for {idle_timeout_s:g} s and "
-                        "no final one; the stream for this request is closed"
-                    )
-                continue
-            sent = getting.result()
+                continue  # execute() returned: its failure, if any, is raised above
+            sent, getting = getting.result(), None
             if sent.error is not None:  # (error class name, message)
-                raise failure_error(model, *sent.error)
-            if sent.outputs or not sent.final or empty_final:
+                yield failure_error(model, *sent.error)
+            elif sent.outputs or not sent.final or empty_final:
                 parameters = dict(sent.parameters)
                 if empty_final:
                     parameters[FINAL_PARAMETER] = sent.final
@@ -101,5 +122,7 @@ async def stream_responses(
         await running  # execute() may still be returning; its failure is ours too
     finally:
         streams.close(token)
+        if getting is not None:
+            getting.cancel()
         if not running.done():
             running.cancel()

@@ -162,6 +162,11 @@ class ModelVersion:
         # itself answers nothing.
         self.decoupled = config.model_transaction_policy.decoupled
         if self.decoupled:
+            if not info.per_request:
+                raise BackendUnavailable(
+                    f"model '{config.name}': only Python models can be decoupled "
+                    "(model_transaction_policy { decoupled: true })"
+                )
             rules = dataclasses.replace(rules, outputs=())
         output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
         budget_ms = queue_budget(config, queue_budget_ms)

@@ -69,13 +69,15 @@ class ModelCalls:
             writer.close()
 
     async def _deliver(self, message: tuple) -> None:
+        token = str(message[1]) if len(message) > 1 else ""
         try:
             _, token, outputs, parameters, final, error = message
             tensors = [call_wire.from_wire(wire, "output") for wire in outputs]
-        except (ValueError, TypeError, GatewayError) as exc:
-            log.warning("a decoupled model's response was refused: %s", exc)
-            return
-        sent = Sent(tensors, dict(parameters or {}), bool(final), error)
+            sent = Sent(tensors, dict(parameters or {}), bool(final), error)
+        except (ValueError, TypeError, GatewayError) as exc:  # ends its request, said why
+            detail = exc.message if isinstance(exc, GatewayError) else str(exc)
+            error = ("Internal", f"the model sent a response that could not be read: {detail}")
+            sent = Sent([], {}, True, error)
         await self.streams.deliver(str(token), sent)
 
     async def _answer(self, message: tuple) -> tuple:

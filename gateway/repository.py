@@ -17,7 +17,6 @@ reason; it never stops the server.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway import heap
+from gateway.composites import find_cycle
 from gateway.ensemble.loading import load_ensemble
 from gateway.ensemble.plan import is_ensemble
 from gateway.model import ModelVersion
@@ -257,12 +257,6 @@ class ModelRepository:
         return await self._load_member(name, version)
 
     async def _load_member(self, name: str, version: str) -> Any:
-        chain = _COMPOSING.get()
-        if name in chain:  # each would wait for the other's load: refuse instead
-            raise InvalidArgument(
-                f"'{name}' is part of itself: {' -> '.join((*chain, name))}; ensembles and "
-                "routers must not form a cycle"
-            )
         entry = self.models.get(name)
         if entry is None or not entry.ready_versions():
             await self.load(name, entry.override if entry else None, if_unloaded=True)
@@ -296,6 +290,12 @@ class ModelRepository:
         kinds = {name: self._kind_on_disk(name) for name in targets}
         for kind in ("model", "ensemble", "router"):
             await asyncio.gather(*(load(name) for name in targets if kinds[name] == kind))
+
+    def _config_on_disk(self, name: str) -> mc.ModelConfig | None:
+        try:
+            return read_config(self.model_dir(name)) if self.exists(name) else None
+        except GatewayError:
+            return None  # its own load says what is wrong
 
     def _kind_on_disk(self, name: str) -> str:
         try:
@@ -412,16 +412,18 @@ class ModelRepository:
         """Placed, loaded, warmed up and measured (gateway/placement/manager.py); a
         router has its variants loaded instead (gateway/routing)."""
         if is_router(config) or is_ensemble(config):
-            # Its members load in tasks of their own, which inherit the chain.
-            token = _COMPOSING.set((*_COMPOSING.get(), name))
-            try:
-                if is_router(config):
-                    return await load_router(
-                        config, version, self._load_variant, self.serving, self.get
-                    )
-                return await load_ensemble(config, version, self._load_step_model, self.serving)
-            finally:
-                _COMPOSING.reset(token)
+            # Each load of a model made of others would wait for the other's: refuse.
+            cycle = find_cycle(config, self._config_on_disk)
+            if cycle:
+                raise InvalidArgument(
+                    f"'{name}' is part of itself: {' -> '.join(cycle)}; ensembles and routers "
+                    "must not form a cycle"
+                )
+            if is_router(config):
+                return await load_router(
+                    config, version, self._load_variant, self.serving, self.get
+                )
+            return await load_ensemble(config, version, self._load_step_model, self.serving)
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
         calls = None  # where a Python model calls other models (gateway/model_calls.py)
         if plan.platform in PROCESS_ONLY and self.model_calls is not None:
@@ -551,12 +553,6 @@ class ModelRepository:
             if self.models[name].versions:
                 await self.unload(name)
                 del self.models[name]
-
-
-# The routers and ensembles whose loads are loading this one (a cycle would wait forever).
-_COMPOSING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
-    "composing", default=()
-)
 
 
 def model_name_ok(name: str) -> bool:

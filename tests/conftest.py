@@ -32,6 +32,20 @@ def both_clients(server: GatewayProcess) -> list:
     ]
 
 
+def write_ensemble_cycle(repo: Path) -> None:
+    """Ensembles cycle_a and cycle_b, each a step of the other: loads to be refused."""
+    for name, other in (("cycle_a", "cycle_b"), ("cycle_b", "cycle_a")):
+        (repo / name).mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(
+            f'name: "{name}" platform: "ensemble" max_batch_size: 64\n'
+            'input [ { name: "IMAGE" data_type: TYPE_UINT8 dims: [ 8, 8 ] } ]\n'
+            'output [ { name: "LABEL" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            f'ensemble_scheduling {{ step [ {{ model_name: "{other}" model_version: -1 '
+            'input_map { key: "IMAGE" value: "IMAGE" } '
+            'output_map { key: "LABEL" value: "LABEL" } } ] }\n'
+        )
+
+
 class ExampleBuild(NamedTuple):
     repo: Path
     names: list[str]

@@ -12,6 +12,8 @@ from accel_base import call_wire
 from backends.python import pb_utils
 
 _local = threading.local()  # async_exec runs calls on threads: one connection each
+_responses: socket.socket | None = None  # decoupled responses: one connection for all
+_responses_lock = threading.Lock()
 
 # A gateway error class name -> the TritonError code a model sees.
 _CODES = {
@@ -53,14 +55,20 @@ def call(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
 
 
 def send_frame(frame: bytes) -> None:
-    """One frame that wants no answer (a decoupled model's response)."""
-    try:
-        _connection().sendall(frame)
-    except OSError as exc:
-        broken = _local.__dict__.pop("sock", None)
-        if broken is not None:
-            broken.close()
-        raise pb_utils.TritonModelException(f"the response could not be sent: {exc}") from None
+    """A decoupled model's response, which wants no answer. Every thread's responses
+    share one connection, in the order they are sent, so that a request's responses
+    arrive in order whichever threads send them."""
+    global _responses
+    with _responses_lock:
+        try:
+            if _responses is None:
+                _responses = _connect()
+            _responses.sendall(frame)
+        except OSError as exc:
+            if _responses is not None:
+                _responses.close()
+                _responses = None
+            raise pb_utils.TritonModelException(f"the response could not be sent: {exc}") from None
 
 
 def _failed(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:
@@ -69,12 +77,19 @@ def _failed(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils
 
 def _connection() -> socket.socket:
     sock = getattr(_local, "sock", None)
-    if sock is not None:
-        return sock
+    if sock is None:
+        sock = _local.sock = _connect()
+    return sock
+
+
+def _connect() -> socket.socket:
     path = os.environ.get(call_wire.PATH_VARIABLE)
     if not path:
         raise OSError("this worker was started without the gateway's model-call socket")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
-    _local.sock = sock
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
     return sock

@@ -50,14 +50,14 @@ class ResponseSender:
                     if not self._requested or tensor.name() in self._requested:
                         outputs.append(call_wire.to_wire(tensor.name(), tensor.as_numpy()))
             parameters = dict(response._parameters)
+        frame = call_wire.encode(("respond", self._token, outputs, parameters, final, error))
         with self._lock:
             if self._closed:
                 raise pb_utils.TritonModelException(
                     "this request's final response was sent already"
                 )
+            self._send_frame(frame)  # raises if it cannot: the final may be sent again
             self._closed = final
-            frame = ("respond", self._token, outputs, parameters, final, error)
-            self._send_frame(call_wire.encode(frame))
 
     def is_cancelled(self) -> bool:
         return False

@@ -164,35 +164,33 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def _stream(
         self, request_iterator, context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        # Bounded both ways: at most STREAM_IN_FLIGHT requests run or wait to be sent.
-        results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        # Bounded both ways: at most STREAM_IN_FLIGHT requests run (each holds its slot
+        # until its last response is queued, a decoupled model's many included), and at
+        # most STREAM_IN_FLIGHT responses wait to be sent (a full queue holds the
+        # producers, and a decoupled model's sender with them).
+        results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_IN_FLIGHT)
         slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
         tasks: set[asyncio.Task] = set()
 
         async def answer(message: pb.ModelInferRequest) -> None:
-            # Each item put takes a slot, which the writer gives back once it is sent:
-            # the request's own for its first, one more for each of a decoupled model's.
-            held = True
             try:
                 request = decode_request(message, self.core.shared_memory.input_array)
                 request.header = _Metadata(context)
-                async for response in self.core.infer_stream(request):
-                    if not held:
-                        await slots.acquire()
-                    held = False
-                    encoded = encode_response(response)
+                async for item in self.core.infer_stream(request):
+                    if isinstance(item, GatewayError):  # a decoupled model's error response
+                        await results.put(_stream_error(item.message, message))
+                        continue
+                    encoded = encode_response(item)
                     await results.put(pb.ModelStreamInferResponse(infer_response=encoded))
-                if held:  # a decoupled request that ended with no response at all
-                    slots.release()
-                return
             except GatewayError as exc:
-                error = _stream_error(exc.message, message)
+                await results.put(_stream_error(exc.message, message))
             except Exception as exc:
                 log.exception("unexpected error in ModelStreamInfer")
-                error = _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
-            if not held:
-                await slots.acquire()
-            await results.put(error)
+                await results.put(
+                    _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
+                )
+            finally:
+                slots.release()
 
         async def read() -> None:
             try:
@@ -210,7 +208,6 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         try:
             while (item := await results.get()) is not None:
                 yield item
-                slots.release()  # only once the answer is handed to gRPC
         finally:
             reader.cancel()
             for task in list(tasks):

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from models import digits, python_models
 from models.digits import held_out
-from tests.conftest import both_clients
+from tests.conftest import both_clients, write_ensemble_cycle
 
 PIPELINE = ("digits_preprocess", "digits_postprocess", "digits_pipeline")
 
@@ -43,16 +43,7 @@ def server(tmp_path_factory):
     )
     assert "optional: true" in text
     (optional / "config.pbtxt").write_text(text)
-    for name, other in (("cycle_a", "cycle_b"), ("cycle_b", "cycle_a")):  # each a step of the other
-        (repo / name).mkdir()
-        (repo / name / "config.pbtxt").write_text(
-            f'name: "{name}" platform: "ensemble" max_batch_size: 64\n'
-            'input [ { name: "IMAGE" data_type: TYPE_UINT8 dims: [ 8, 8 ] } ]\n'
-            'output [ { name: "LABEL" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-            f'ensemble_scheduling {{ step [ {{ model_name: "{other}" model_version: -1 '
-            'input_map { key: "IMAGE" value: "IMAGE" } '
-            'output_map { key: "LABEL" value: "LABEL" } } ] }\n'
-        )
+    write_ensemble_cycle(repo)
     process = start_server(
         repo, "--model-control-mode", "explicit", "--load-model", "digits_pipeline",
         log_dir=tmp_path_factory.mktemp("ensemble-logs"),

@@ -67,7 +67,7 @@ def test_interleaved_sequences_keep_their_own_sums(server, model, protocol):
         if protocol == "http"
         else grpcclient.InferenceServerClient(server.grpc_url)
     )
-    ids = [11, "user-7", 2**40 + 5]
+    ids = [11, 2**40 + 5, 12]  # its CORRID control is UINT64: numeric ids
     sums = {i: 0 for i in ids}
     for round_ in range(4):
         for k, sequence_id in enumerate(ids):
@@ -78,7 +78,7 @@ def test_interleaved_sequences_keep_their_own_sums(server, model, protocol):
             start, end, ready = result.as_numpy("CONTROLS")[0].tolist()
             assert (start, end, ready) == (int(round_ == 0), int(round_ == 3), 1)
             corrid = int(result.as_numpy("CORRID_OUT")[0, 0])
-            assert corrid == (sequence_id if isinstance(sequence_id, int) else 0)
+            assert corrid == sequence_id
     # Ended: a request without START is refused, in Triton's words.
     with pytest.raises(InferenceServerException) as failed:
         step(client, model, ids[0], 1)
@@ -146,6 +146,9 @@ def test_errors_in_tritons_words(server):
     with pytest.raises(InferenceServerException) as failed:
         step(http, sequence.NAME, 424242, 1)  # never started
     assert failed.value.status() == "400"
+    with pytest.raises(InferenceServerException) as failed:
+        step(http, sequence.NAME, "user-7", 1, start=True)  # a string for a UINT64 CORRID
+    assert failed.value.status() == "400" and "numeric correlation ids" in failed.value.message()
     # The direct strategy has max_batch_size slots on its one instance: one more is refused.
     started = [5000 + i for i in range(sequence.MAX_BATCH_SIZE)]
     try:

@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from models import identity, python_models, simple
-from tests.conftest import both_clients
+from tests.conftest import both_clients, write_ensemble_cycle
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,7 @@ def server(tmp_path_factory):
         bare = repo / f"{name}_bare"
         shutil.copytree(repo / name, bare)
         (bare / "config.pbtxt").unlink()
+    write_ensemble_cycle(repo)  # loaded at start with the rest: refused, not hung
     (repo / "broken").mkdir()
     (repo / "broken" / "config.pbtxt").write_text('backend: "python"\n')  # no version
     process = start_server(
@@ -109,3 +110,11 @@ def test_input_errors_in_tritons_words(server):
         assert (
             "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [2,8]"
         ) in failed.value.message()
+
+
+def test_ensembles_that_contain_each_other_did_not_hang_the_start(server):
+    http = httpclient.InferenceServerClient(server.http_url)
+    states = {row["name"]: row for row in http.get_model_repository_index()}
+    for name in ("cycle_a", "cycle_b"):
+        assert states[name]["state"] == "UNAVAILABLE"
+        assert "must not form a cycle" in states[name]["reason"]

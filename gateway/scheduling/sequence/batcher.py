@@ -29,6 +29,7 @@ from gateway.scheduling.per_request import request_info, run_requests
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.scheduling.sequence.controls import (
+    CORRID,
     EMPTY_ROW,
     RowFlags,
     control_feed,
@@ -88,6 +89,7 @@ class SequenceBatcher:
         start_ns = time.perf_counter_ns()
         try:
             sequence_id, start, end = correlation_id(request, self.rules.model)
+            self._check_corrid(sequence_id)
             feed, output_names, rows = check_request(request, self.rules)
             if self.batched and rows != 1:
                 raise InvalidArgument(
@@ -106,17 +108,37 @@ class SequenceBatcher:
             raise
         queued = Queued(request, feed, output_names, start, end, now, start_ns)
         queued.future = asyncio.get_running_loop().create_future()
+        # Pending until answered, even if its caller goes: it still runs, in its turn.
+        queued.future.add_done_callback(self._answered)
         sequence.waiting.append(queued)
         self.pending += 1
         self._ensure_drivers()
         self._wake[sequence.instance].set()
-        try:
-            outputs = await asyncio.shield(queued.future)  # a batch answers it either way
-        finally:
-            self.pending -= 1
+        outputs = await asyncio.shield(queued.future)  # a batch answers it either way
         return build_response(
             request, self.stats.version, output_names, self.output_datatypes, outputs
         )
+
+    def _answered(self, _: asyncio.Future) -> None:
+        self.pending -= 1
+
+    def _check_corrid(self, sequence_id: int | str) -> None:
+        """A correlation id the model's CORRID control can carry, or a 400 now (not a
+        failed batch later)."""
+        for control in self.controls:
+            if control.kind != CORRID or control.dtype.hasobject:
+                continue
+            if isinstance(sequence_id, str):
+                raise InvalidArgument(
+                    f"model '{self.rules.model}' takes numeric correlation ids (its CORRID "
+                    f"control is {control.dtype}); got the string '{sequence_id}'"
+                )
+            limits = np.iinfo(control.dtype)
+            if not limits.min <= sequence_id <= limits.max:
+                raise InvalidArgument(
+                    f"correlation id {sequence_id} does not fit model '{self.rules.model}''s "
+                    f"CORRID control ({control.dtype})"
+                )
 
     # ---- the drivers: one per instance, one batch at a time --------------------------
 
@@ -183,6 +205,7 @@ class SequenceBatcher:
                 ran = time.perf_counter_ns()
                 self._answer_each(chosen, requests, parts, failures)
             else:
+                failures = {}
                 outputs, infer_ns = await instance.run(feed, wanted)
                 ran = time.perf_counter_ns()
                 self._answer(chosen, requests, rows, outputs, names)
@@ -193,6 +216,12 @@ class SequenceBatcher:
                 if not queued.future.done():
                     queued.future.set_exception(error)
             return
+        except BaseException:  # cancelled by an unload: the batch's requests are answered
+            gone = Unavailable(f"model '{self.rules.model}' was unloaded while this ran")
+            for queued in requests:
+                if not queued.future.done():
+                    queued.future.set_exception(gone)
+            raise
         finally:
             for sequence, queued in zip(chosen, requests, strict=True):
                 sequence.running = False
@@ -203,8 +232,9 @@ class SequenceBatcher:
         self.stats.record_execution(
             len(rows), len(requests), 0, infer_ns, done - ran, rows=len(requests)
         )
-        for queued in requests:
-            self.stats.record_success(done - queued.start_ns, began - queued.start_ns)
+        for index, queued in enumerate(requests):
+            if index not in failures:  # those are counted as failures already
+                self.stats.record_success(done - queued.start_ns, began - queued.start_ns)
 
     def _rows(self, chosen: list[Sequence]) -> list[Sequence | None]:
         """Each row of the batch: its sequence, or None for an idle direct slot (none for

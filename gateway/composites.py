@@ -1,0 +1,44 @@
+"""Models made of other models (routers and ensembles): what each is made of, and whether
+they contain each other, as their configs on disk say. A load that would wait for its
+own load is refused before it starts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from accel_base.proto import model_config_pb2 as mc
+from gateway.ensemble.plan import is_ensemble
+from gateway.routing.config import is_router
+
+
+def members(config: mc.ModelConfig) -> list[str]:
+    if is_ensemble(config):
+        return [step.model_name for step in config.ensemble_scheduling.step]
+    if is_router(config):
+        return [variant.model for variant in config.routing.variant]
+    return []
+
+
+def find_cycle(
+    config: mc.ModelConfig, config_of: Callable[[str], mc.ModelConfig | None]
+) -> list[str] | None:
+    """The chain of model names that leads from `config`'s model back to it, or None.
+    `config_of` reads another model's config (None when it has none to read)."""
+    start = config.name
+    seen: set[str] = set()
+
+    def visit(name: str, made_of: list[str], path: list[str]) -> list[str] | None:
+        for member in made_of:
+            if member == start:
+                return [*path, member]
+            if member in seen:
+                continue
+            seen.add(member)
+            other = config_of(member)
+            if other is not None:
+                found = visit(member, members(other), [*path, member])
+                if found:
+                    return found
+        return None
+
+    return visit(start, members(config), [start])
