@@ -98,3 +98,38 @@ def build(repo: Path, names: tuple[str, ...] = (NAME, OLDEST)) -> list[str]:
         save_model(make_model(_graph(name), doc=doc), repo / name)
         write_config(repo / name, config_text(name))
     return list(names)
+
+
+TORCH = "accumulate_torch"
+
+
+def build_torch_export(repo: Path, name: str = TORCH) -> str:
+    """The same running sum as a torch.export archive (`pytorch_export`), with the same
+    controls and state, and CORRID as INT64 (torch has no uint64 arithmetic to speak of)."""
+    import torch
+
+    class Accumulate(torch.nn.Module):
+        def forward(self, INPUT, START, END, READY, CORRID, ACC_IN):  # noqa: N803 (Triton's)
+            before = torch.where(START > 0, torch.zeros_like(ACC_IN), ACC_IN)
+            total = before + INPUT * READY
+            return {
+                "OUTPUT": total,
+                "ACC_OUT": total.clone(),
+                "CONTROLS": torch.cat([START, END, READY], dim=1),
+                "CORRID_OUT": CORRID.clone(),
+            }
+
+    row = torch.zeros(2, 1, dtype=torch.int32)
+    example = (row, row, row, row, torch.zeros(2, 1, dtype=torch.int64), row)
+    batch = torch.export.Dim("batch", min=1, max=MAX_BATCH_SIZE)
+    names = ("INPUT", "START", "END", "READY", "CORRID", "ACC_IN")
+    program = torch.export.export(
+        Accumulate(), example, dynamic_shapes={n: {0: batch} for n in names}
+    )
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, repo / name / "1" / "model.pt2")
+    text = config_text(NAME).replace(f'name: "{NAME}"', f'name: "{name}"')
+    text = text.replace('platform: "onnxruntime_onnx"', 'platform: "pytorch_export"')
+    text = text.replace("TYPE_UINT64", "TYPE_INT64")
+    write_config(repo / name, text)
+    return name

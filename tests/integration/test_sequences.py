@@ -5,6 +5,7 @@ Triton gives for a missing id, a sequence never started and too many live sequen
 
 from __future__ import annotations
 
+import importlib.util
 import queue
 import shutil
 import time
@@ -20,6 +21,7 @@ from models import sequence
 
 IDLE_US = 300_000  # a short idle limit, so the test sees a sequence released
 WINDOWED = "accumulate_windowed"
+TORCH_MODELS = [sequence.TORCH] if importlib.util.find_spec("torch") else []
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,8 @@ def server(tmp_path_factory):
     for name in (sequence.NAME, sequence.OLDEST):
         config = repo / name / "config.pbtxt"
         config.write_text(config.read_text().replace(str(sequence.IDLE_US), str(IDLE_US)))
+    if TORCH_MODELS:  # the state and controls through a PyTorch backend too
+        sequence.build_torch_export(repo)
     process = start_server(repo, log_dir=tmp_path_factory.mktemp("sequence-logs"))
     yield process
     assert process.stop() == 0, process.log()
@@ -59,7 +63,7 @@ def step(client, model: str, sequence_id, number: int, start=False, end=False):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("model", [sequence.NAME, sequence.OLDEST])
+@pytest.mark.parametrize("model", [sequence.NAME, sequence.OLDEST, *TORCH_MODELS])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_interleaved_sequences_keep_their_own_sums(server, model, protocol):
     client = (
