@@ -423,7 +423,9 @@ class ModelRepository:
                 return await load_router(
                     config, version, self._load_variant, self.serving, self.get
                 )
-            return await load_ensemble(config, version, self._load_step_model, self.serving)
+            return await load_ensemble(
+                config, version, self._load_step_model, self.serving, self.get
+            )
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
         calls = None  # where a Python model calls other models (gateway/model_calls.py)
         if plan.platform in PROCESS_ONLY and self.model_calls is not None:

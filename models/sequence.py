@@ -105,7 +105,8 @@ TORCH = "accumulate_torch"
 
 def build_torch_export(repo: Path, name: str = TORCH) -> str:
     """The same running sum as a torch.export archive (`pytorch_export`), with the same
-    controls and state, and CORRID as INT64 (torch has no uint64 arithmetic to speak of)."""
+    controls and state, and CORRID as INT64 (torch has no uint64 arithmetic to speak of).
+    torch.export names inputs in lower case, so its inputs are `input`, `start`..."""
     import torch
 
     class Accumulate(torch.nn.Module):
@@ -119,8 +120,10 @@ def build_torch_export(repo: Path, name: str = TORCH) -> str:
                 "CORRID_OUT": CORRID.clone(),
             }
 
-    row = torch.zeros(2, 1, dtype=torch.int32)
-    example = (row, row, row, row, torch.zeros(2, 1, dtype=torch.int64), row)
+    def row(dtype=torch.int32):  # a tensor each: export must not see the inputs alias
+        return torch.zeros(2, 1, dtype=dtype)
+
+    example = (row(), row(), row(), row(), row(torch.int64), row())
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH_SIZE)
     names = ("INPUT", "START", "END", "READY", "CORRID", "ACC_IN")
     program = torch.export.export(
@@ -131,5 +134,8 @@ def build_torch_export(repo: Path, name: str = TORCH) -> str:
     text = config_text(NAME).replace(f'name: "{NAME}"', f'name: "{name}"')
     text = text.replace('platform: "onnxruntime_onnx"', 'platform: "pytorch_export"')
     text = text.replace("TYPE_UINT64", "TYPE_INT64")
+    for upper in (*names, "CORRID"):  # the program's input names, as torch.export wrote them
+        text = text.replace(f'name: "{upper}"', f'name: "{upper.lower()}"')
+        text = text.replace(f'input_name: "{upper}"', f'input_name: "{upper.lower()}"')
     write_config(repo / name, text)
     return name

@@ -15,9 +15,13 @@ LoadMember = Callable[[str, str, str], Awaitable[Any]]
 
 
 async def load_ensemble(
-    config: mc.ModelConfig, version: int, load_member: LoadMember, resolve: Resolve
+    config: mc.ModelConfig,
+    version: int,
+    load_member: LoadMember,
+    resolve: Resolve,
+    lookup: Callable[[str, str], Any] | None = None,
 ) -> EnsembleModel:
     steps = plan_steps(config)  # a bad section fails before any load
     members = [await load_member(config.name, step.model, step.version) for step in steps]
     datatypes = check_members(config, steps, [member.config for member in members])
-    return EnsembleModel(config, version, steps, datatypes, resolve)
+    return EnsembleModel(config, version, steps, datatypes, resolve, lookup)

@@ -31,14 +31,17 @@ class EnsembleModel:
         steps: list[Step],
         datatypes: dict[str, str],
         resolve: Resolve,
+        lookup: Callable[[str, str], Any] | None = None,
     ) -> None:
         """`steps` in an order that runs (plan.plan_steps); `datatypes` of every tensor
-        (plan.check_members); `resolve` gives a member's ready model."""
+        (plan.check_members); `resolve` gives a member's ready model, `lookup` the same
+        without a coroutine, or raises why not (for readiness)."""
         self.config = config
         self.name = config.name
         self.version = version
         self.steps = steps
         self.resolve = resolve
+        self.lookup = lookup
         self.footprints: list[Any] = []
         self.stats = ModelStatistics(config.name, str(version))
         self.last_used = time.monotonic()
@@ -52,7 +55,17 @@ class EnsembleModel:
 
     @property
     def unavailable_reason(self) -> str | None:
-        return None  # each request finds out whether its members are ready
+        """Why the ensemble is not ready, or None: it is ready when its members are."""
+        if self.lookup is None:
+            return None
+        for step in self.steps:
+            try:
+                reason = self.lookup(step.model, step.version).unavailable_reason
+            except GatewayError as exc:
+                reason = exc.message
+            if reason:
+                return f"{step.label} is not ready: {reason}"
+        return None
 
     async def infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter_ns()

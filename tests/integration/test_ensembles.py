@@ -128,6 +128,7 @@ def test_a_failing_step_fails_the_request_with_the_step_named(server):
     images, _ = images_and_labels(1)
     http.unload_model("digits")
     try:
+        assert not http.is_model_ready("digits_pipeline")  # ready when its members are
         with pytest.raises(InferenceServerException) as failed:
             http.infer("digits_pipeline", [image_input(httpclient, images)])
         assert "step 1 (model 'digits') failed" in failed.value.message()

@@ -49,16 +49,17 @@ def server(tmp_path_factory):
     assert process.stop() == 0, process.log()
 
 
-def value(module, number: int):
-    tensor = module.InferInput("INPUT", [1, 1], "INT32")
+def value(module, number: int, name: str = "INPUT"):
+    tensor = module.InferInput(name, [1, 1], "INT32")
     tensor.set_data_from_numpy(np.array([[number]], dtype=np.int32))
     return tensor
 
 
 def step(client, model: str, sequence_id, number: int, start=False, end=False):
     module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    name = "input" if model == sequence.TORCH else "INPUT"  # torch.export's lower case
     return client.infer(
-        model, [value(module, number)], sequence_id=sequence_id,
+        model, [value(module, number, name)], sequence_id=sequence_id,
         sequence_start=start, sequence_end=end,
     )  # fmt: skip
 
