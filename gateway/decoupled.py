@@ -93,7 +93,8 @@ async def stream_responses(
     getting: asyncio.Future | None = None
     try:
         while True:
-            if queue.empty() and running.done() and running.exception() is not None:
+            taken = getting is not None and getting.done()  # a response, not yet handled
+            if not taken and queue.empty() and running.done() and running.exception():
                 raise running.exception()  # execute() failed: no response will come
             if getting is None:
                 getting = asyncio.ensure_future(queue.get())
