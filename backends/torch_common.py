@@ -88,6 +88,36 @@ def spec_datatype(dtype: torch.dtype, model: str, tensor: str) -> str:
         ) from None
 
 
+def sequence_specs(config: mc.ModelConfig) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The (inputs, outputs) a sequence batcher fills in and keeps, which the config
+    declares in `sequence_batching` rather than in `input` and `output`: each control
+    input ([1] a row, of its values' type) and each implicit state."""
+    batch = (-1,) if config.max_batch_size > 0 else ()
+    settings = config.sequence_batching
+    inputs, outputs = [], []
+    corrid = mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+    for control_input in settings.control_input:
+        control = control_input.control[0] if control_input.control else None
+        if control is None:
+            continue
+        if control.kind == corrid:
+            datatype = v2_datatype(control.data_type)
+        else:
+            datatype = (
+                "FP32"
+                if control.fp32_false_true
+                else "BOOL"
+                if control.bool_false_true
+                else "INT32"
+            )
+        inputs.append(TensorSpec(control_input.name, datatype, (*batch, 1)))
+    for state in settings.state:
+        datatype = v2_datatype(state.data_type)
+        inputs.append(TensorSpec(state.input_name, datatype, (*batch, *state.dims)))
+        outputs.append(TensorSpec(state.output_name, datatype, (*batch, *state.dims)))
+    return inputs, outputs
+
+
 def config_specs(config: mc.ModelConfig, tensors) -> list[TensorSpec]:
     """TensorSpecs of the config's declared tensors, batch dimension included."""
     batch = (-1,) if config.max_batch_size > 0 else ()

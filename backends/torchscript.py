@@ -23,6 +23,7 @@ from backends.torch_common import (
     apply_thread_parameters,
     config_specs,
     positions,
+    sequence_specs,
     to_numpy,
     to_torch,
     torch_device,
@@ -56,8 +57,10 @@ class TorchScriptBackend(Backend):
                 f"them runs code): {reason}"
             ) from None
         self._module = module.eval()
-        self._inputs = config_specs(config, config.input)
-        self._outputs = config_specs(config, config.output)
+        # A stateful model's controls and state come from its sequence_batching section.
+        filled, kept = sequence_specs(config)
+        self._inputs = config_specs(config, config.input) + filled
+        self._outputs = config_specs(config, config.output) + kept
         forward_args = [arg.name for arg in module.forward.schema.arguments[1:]]
         if len(forward_args) != len(self._inputs):
             raise BackendUnavailable(

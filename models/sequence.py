@@ -101,16 +101,22 @@ def build(repo: Path, names: tuple[str, ...] = (NAME, OLDEST)) -> list[str]:
 
 
 TORCH = "accumulate_torch"
+TORCHSCRIPT = "accumulate_torchscript"
 
 
-def build_torch_export(repo: Path, name: str = TORCH) -> str:
-    """The same running sum as a torch.export archive (`pytorch_export`), with the same
-    controls and state, and CORRID as INT64 (torch has no uint64 arithmetic to speak of).
-    torch.export names inputs in lower case, so its inputs are `input`, `start`..."""
+def _torch_module():
     import torch
 
     class Accumulate(torch.nn.Module):
-        def forward(self, INPUT, START, END, READY, CORRID, ACC_IN):  # noqa: N803 (Triton's)
+        def forward(
+            self,
+            INPUT: torch.Tensor,  # noqa: N803 (the config's names, as Triton's)
+            START: torch.Tensor,  # noqa: N803
+            END: torch.Tensor,  # noqa: N803
+            READY: torch.Tensor,  # noqa: N803
+            CORRID: torch.Tensor,  # noqa: N803
+            ACC_IN: torch.Tensor,  # noqa: N803
+        ) -> dict[str, torch.Tensor]:
             before = torch.where(START > 0, torch.zeros_like(ACC_IN), ACC_IN)
             total = before + INPUT * READY
             return {
@@ -120,6 +126,31 @@ def build_torch_export(repo: Path, name: str = TORCH) -> str:
                 "CORRID_OUT": CORRID.clone(),
             }
 
+    return Accumulate()
+
+
+def _torch_config(name: str, platform: str) -> str:
+    text = config_text(NAME).replace(f'name: "{NAME}"', f'name: "{name}"')
+    text = text.replace('platform: "onnxruntime_onnx"', f'platform: "{platform}"')
+    return text.replace("TYPE_UINT64", "TYPE_INT64")  # torch: no uint64 arithmetic to speak of
+
+
+def build_torchscript(repo: Path, name: str = TORCHSCRIPT) -> str:
+    """The same running sum as TorchScript (`pytorch_libtorch`): its forward takes the
+    controls and the state by the config's names."""
+    import torch
+
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    torch.jit.save(torch.jit.script(_torch_module()), str(repo / name / "1" / "model.pt"))
+    write_config(repo / name, _torch_config(name, "pytorch_libtorch"))
+    return name
+
+
+def build_torch_export(repo: Path, name: str = TORCH) -> str:
+    """The same running sum as a torch.export archive (`pytorch_export`). torch.export
+    names inputs in lower case, so the config's inputs are `input`, `start`..."""
+    import torch
+
     def row(dtype=torch.int32):  # a tensor each: export must not see the inputs alias
         return torch.zeros(2, 1, dtype=dtype)
 
@@ -127,14 +158,12 @@ def build_torch_export(repo: Path, name: str = TORCH) -> str:
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH_SIZE)
     names = ("INPUT", "START", "END", "READY", "CORRID", "ACC_IN")
     program = torch.export.export(
-        Accumulate(), example, dynamic_shapes={n: {0: batch} for n in names}
+        _torch_module(), example, dynamic_shapes={n: {0: batch} for n in names}
     )
     (repo / name / "1").mkdir(parents=True, exist_ok=True)
     torch.export.save(program, repo / name / "1" / "model.pt2")
-    text = config_text(NAME).replace(f'name: "{NAME}"', f'name: "{name}"')
-    text = text.replace('platform: "onnxruntime_onnx"', 'platform: "pytorch_export"')
-    text = text.replace("TYPE_UINT64", "TYPE_INT64")
-    for upper in (*names, "CORRID"):  # the program's input names, as torch.export wrote them
+    text = _torch_config(name, "pytorch_export")
+    for upper in names:  # the program's input names, as torch.export wrote them
         text = text.replace(f'name: "{upper}"', f'name: "{upper.lower()}"')
         text = text.replace(f'input_name: "{upper}"', f'input_name: "{upper.lower()}"')
     write_config(repo / name, text)

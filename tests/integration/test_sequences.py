@@ -21,7 +21,8 @@ from models import sequence
 
 IDLE_US = 300_000  # a short idle limit, so the test sees a sequence released
 WINDOWED = "accumulate_windowed"
-TORCH_MODELS = [sequence.TORCH] if importlib.util.find_spec("torch") else []
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+TORCH_MODELS = [sequence.TORCH, sequence.TORCHSCRIPT] if HAS_TORCH else []
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,7 @@ def server(tmp_path_factory):
         config.write_text(config.read_text().replace(str(sequence.IDLE_US), str(IDLE_US)))
     if TORCH_MODELS:  # the state and controls through a PyTorch backend too
         sequence.build_torch_export(repo)
+        sequence.build_torchscript(repo)
     process = start_server(repo, log_dir=tmp_path_factory.mktemp("sequence-logs"))
     yield process
     assert process.stop() == 0, process.log()
