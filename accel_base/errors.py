@@ -65,3 +65,9 @@ class Cancelled(GatewayError):
 
 class Internal(GatewayError):
     """The backend failed while running a request; the message carries its reason."""
+
+
+def by_name(kind: str) -> type[GatewayError] | None:
+    """The class of ours with this name (as a worker or a front process sends it), or None."""
+    cls = globals().get(kind)
+    return cls if isinstance(cls, type) and issubclass(cls, GatewayError) else None

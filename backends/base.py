@@ -77,6 +77,11 @@ class Backend(ABC):
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
         """Run one batch. BF16 tensors are uint16 bit patterns, BYTES are object arrays."""
 
+    def completed_config(self) -> mc.ModelConfig | None:
+        """The config as the backend completed it at load, where it did (a Python model's
+        own auto_complete_config), else None."""
+        return None
+
     def memory_bytes(self) -> int:
         """Memory the loaded model holds (host or device); 0 when unknown."""
         return 0

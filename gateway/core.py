@@ -123,7 +123,7 @@ class InferenceCore(SharedMemoryCalls):
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
         model = await self._model(request.model_name, request.model_version)
-        if not getattr(model, "decoupled", False):
+        if not model.decoupled:
             yield await self.infer(request)
             return
         known = {t.name for t in model.config.output}

@@ -86,7 +86,7 @@ class Worker:
             ]
             allowed = self.backend.allowed_batch_sizes()
             memory = self.backend.memory_bytes()
-            completed = getattr(self.backend, "completed_config", lambda: None)()
+            completed = self.backend.completed_config()
             completed_bytes = completed.SerializeToString() if completed is not None else None
             reply = ("loaded", specs[0], specs[1], allowed, memory, self.outputs.size,
                      completed_bytes)  # fmt: skip

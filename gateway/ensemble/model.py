@@ -23,6 +23,7 @@ Resolve = Callable[[str, str], Awaitable[Any]]  # (model, version) -> its ready 
 
 class EnsembleModel:
     instances: tuple = ()  # it runs nothing itself
+    decoupled = False  # one response per request, from its last steps
 
     def __init__(
         self,

@@ -214,10 +214,7 @@ def error_of(message: tuple) -> errors.GatewayError:
     """The host's error as the front raises it: its class, or its nearest class in the
     base, with the host's statuses and Retry-After."""
     _, _, kind, text, retry_after_s, http_status, grpc_status = message
-    cls = getattr(errors, kind, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.GatewayError)):
-        cls = errors.GatewayError
-    exc = cls(text)
+    exc = (errors.by_name(kind) or errors.GatewayError)(text)
     exc.retry_after_s = retry_after_s
     exc.http_status = http_status
     exc.grpc_status = grpc_status

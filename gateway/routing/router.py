@@ -32,6 +32,7 @@ def _never_ready(model: str, version: str) -> Any:
 
 class RouterModel:
     instances: tuple = ()  # it runs nothing itself
+    decoupled = False  # its variants answer one response per request
 
     def __init__(
         self,

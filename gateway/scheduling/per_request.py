@@ -49,7 +49,7 @@ async def run_requests(
         parts[int(index)][name] = array
     failures = {}
     for index, kind, message in failed:
-        error = _error(model, kind, message)
+        error = failure_error(model, kind, message)
         if index == ALL:  # execute() itself failed: every request of the batch with it
             failures = dict.fromkeys(range(len(infos)), error)
             break
@@ -59,11 +59,7 @@ async def run_requests(
 
 def failure_error(model: str, kind: str, message: str) -> errors.GatewayError:
     """A failure a worker reported for a request, as the client sees it."""
-    return _error(model, kind, message)
-
-
-def _error(model: str, kind: str, message: str) -> errors.GatewayError:
-    cls = getattr(errors, kind, None)
-    if isinstance(cls, type) and issubclass(cls, errors.GatewayError) and kind != "Internal":
+    cls = errors.by_name(kind)
+    if cls is not None and cls is not errors.Internal:
         return cls(f"model '{model}': {message}")
     return errors.Internal(f"model '{model}' failed to run this request: {message}")

@@ -46,8 +46,8 @@ class WorkerSettings:
 
 def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:
     """A failure the worker reported, with the class it had there when it is one of ours."""
-    cls = getattr(errors, exc.kind, None)
-    if isinstance(cls, type) and issubclass(cls, errors.GatewayError):
+    cls = errors.by_name(exc.kind)
+    if cls is not None:
         return cls(exc.message)
     return errors.Internal(f"model '{model}' failed to run: {exc.kind}: {exc.message}")
 
