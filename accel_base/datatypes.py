@@ -7,9 +7,12 @@ BYTES elements are numpy object arrays of `bytes`.
 
 from __future__ import annotations
 
+import json
 import struct
+from typing import Any
 
 import numpy as np
+import orjson
 
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
@@ -154,6 +157,17 @@ def as_bytes(element: object) -> bytes:
     if isinstance(element, (bytearray, memoryview, np.bytes_)):
         return bytes(element)
     return str(element).encode()
+
+
+def json_data(flat: np.ndarray, datatype: str) -> Any:
+    """A flat tensor as V2 JSON `data`, for orjson with OPT_SERIALIZE_NUMPY: BYTES as
+    text (UnicodeDecodeError where an element is not UTF-8), and NaN and Infinity
+    written as Python's json writes them, as Triton does (orjson would write null)."""
+    if datatype == "BYTES":
+        return [e.decode() if isinstance(e, bytes) else str(e) for e in flat]
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        return orjson.Fragment(json.dumps(flat.tolist()))
+    return np.ascontiguousarray(flat)
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:

@@ -25,7 +25,8 @@ class Platform:
     module: str
     class_name: str
     extra: str  # the pip extra that installs the framework
-    artifact: str  # the file a version directory holds when the config names none
+    # The file a version directory holds when the config names none ("": the directory).
+    artifact: str
     optional_inputs: bool = False  # whether run() accepts a batch without `optional` inputs
     # Whether its batches go as the requests they merge (run_requests), each answered
     # on its own: Triton's Python backend, whose execute() takes a list of requests.
@@ -60,6 +61,11 @@ PLATFORMS: dict[str, Platform] = {
         per_request=True,
         warm_up=False,
     ),  # fmt: skip
+    # Another V2 server runs it: the version directory holds no file, and zeros are
+    # not sent to someone else's model at load.
+    "remote": Platform(
+        "backends.remote.backend", "RemoteBackend", "", "", optional_inputs=True, warm_up=False
+    ),
 }
 
 

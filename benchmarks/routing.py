@@ -107,6 +107,8 @@ def main() -> None:
                     ratios[label, concurrency] = (
                         statistics.median(measured) if measured else float("nan")
                     )
+                    spread = " ".join(f"{r:.3f}" for r in measured)
+                    print(f"  {label} c={concurrency}: routed/direct pairs {spread}", flush=True)
                     middle = sorted(pairs, key=lambda pair: pair[0].throughput)[len(pairs) // 2]
                     results[label, concurrency, "simple"] = middle[0]
                     results[label, concurrency, "routed"] = middle[1]

@@ -34,12 +34,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from accel_base.proto import grpc_service_pb2 as pb
+from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from benchmarks.open_loop import closed_loop, no_collector_pauses, offer
 from benchmarks.overload import p99_ms, request_bytes
 from benchmarks.perf import PERF_ANALYZER, pin_to
 from gateway.launch import start_gateway
-from gateway.proto import grpc_service_pb2 as pb
-from gateway.proto import grpc_service_pb2_grpc as pb_grpc
 from models.mlp import write_mlp
 
 MODEL = "mlp"
@@ -200,9 +200,7 @@ def main() -> None:
             print("minute  http p99 ms  grpc p99 ms  http requests  grpc calls/s  errors  "
                   "RSS MiB  sent late  steal %  client core %")  # fmt: skip
             worst = 0.0
-            for minute, (http_p99, count, failed, rss, late, steal, client) in enumerate(
-                minutes
-            ):
+            for minute, (http_p99, count, failed, rss, late, steal, client) in enumerate(minutes):
                 grpc_rate_seen, grpc_p99 = windows[minute] if minute < len(windows) else (0, 0)
                 first = (minutes[0][0], windows[0][1] if windows else float("nan"))
                 worst = max(worst, http_p99 / first[0], grpc_p99 / first[1])

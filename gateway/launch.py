@@ -98,15 +98,17 @@ def start_gateway(
     cpu_cores: set[int] | None = None,
     timeout_s: float = 60.0,
     ssl_context: ssl.SSLContext | None = None,
+    ports: tuple[int, int, int] | None = None,
 ) -> GatewayProcess:
     """Start a gateway (on `cpu_cores` only, if given) and wait for /v2/health/ready.
 
     With `--tls-cert` among `args`, readiness is polled over HTTPS with `ssl_context`, which
     must hold a client certificate when `--tls-client-ca` is given too; without one, the
-    server's certificate is not checked.
+    server's certificate is not checked. `ports` (HTTP, gRPC, metrics) restarts a
+    gateway where it was; by default three free ones are taken.
     """
     ssl_context = _tls_context(args, ssl_context)
-    ports = [free_port() for _ in range(3)]
+    ports = ports or tuple(free_port() for _ in range(3))
     command = [
         sys.executable, "-m", "gateway", "serve",
         *(["--model-repository", str(repository)] if repository else []),

@@ -192,8 +192,8 @@ def _gateway_problem(args: argparse.Namespace) -> str | None:
     if args.protocol in ("grpc", "both"):
         import grpc
 
-        from gateway.proto import grpc_service_pb2 as pb
-        from gateway.proto import grpc_service_pb2_grpc as pb_grpc
+        from accel_base.proto import grpc_service_pb2 as pb
+        from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 
         target = f"{host}:{args.grpc_port}"
         with grpc.insecure_channel(target) as channel:

@@ -20,8 +20,8 @@ from grpc.experimental import gevent as grpc_gevent
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from gateway.proto import grpc_service_pb2 as pb
-from gateway.proto import grpc_service_pb2_grpc as pb_grpc
+from accel_base.proto import grpc_service_pb2 as pb
+from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from loadtests.common import MetadataError, Prepared, plan_of
 from loadtests.inputs import ModelInputs
 

@@ -15,10 +15,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from accel_base.errors import GatewayError
+from accel_base.proto import grpc_service_pb2 as pb
+from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.core import InferenceCore
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
-from gateway.proto import grpc_service_pb2 as pb
-from gateway.proto import grpc_service_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,9 @@ import json
 import re
 from typing import Any
 
-import numpy as np
 import orjson
 
-from accel_base.datatypes import check_datatype, check_shape, from_raw, to_raw
+from accel_base.datatypes import check_datatype, check_shape, from_raw, json_data, to_raw
 from accel_base.errors import InvalidArgument
 from gateway.http import fields
 from gateway.http.fields import brief, check_bool_parameter, get_list, get_string, is_int
@@ -215,16 +214,10 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
 
 
 def _json_data(tensor: Tensor) -> Any:
-    flat = tensor.data.reshape(-1)
-    if tensor.datatype == "BYTES":
-        try:
-            return [e.decode() if isinstance(e, bytes) else str(e) for e in flat]
-        except UnicodeDecodeError:
-            raise InvalidArgument(
-                f"output '{tensor.name}' holds bytes that are not UTF-8; request it as binary "
-                "data (parameter binary_data: true)"
-            ) from None
-    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
-        # orjson would write null; Triton writes NaN / Infinity, which clients parse back.
-        return orjson.Fragment(json.dumps(flat.tolist()))
-    return np.ascontiguousarray(flat)
+    try:
+        return json_data(tensor.data.reshape(-1), tensor.datatype)
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"output '{tensor.name}' holds bytes that are not UTF-8; request it as binary "
+            "data (parameter binary_data: true)"
+        ) from None

@@ -1,10 +1,11 @@
-"""Regenerate gateway/proto/*_pb2*.py and accel_base/proto/*_pb2.py from protos/*.proto.
+"""Regenerate accel_base/proto/*_pb2*.py from protos/*.proto.
 
     python -m gateway.proto.regenerate           # rewrite the committed modules
     python -m gateway.proto.regenerate --check   # exit 1 if they are out of date
 
-The model config goes to accel_base.proto (the transport-free base that backends and
-worker processes import), the service to gateway.proto. protoc's output is
+Both the model config and the inference service go to accel_base.proto, the
+transport-free base: backends and worker processes import the config, the remote
+backend (a client of other V2 servers) the service too. protoc's output is
 post-processed: its absolute imports (``import model_config_pb2``) become package
 imports, and descriptors go to ``accel_base.proto.POOL`` instead of the default pool,
 so these modules can be imported next to tritonclient's.
@@ -27,8 +28,8 @@ PROTOS = ("model_config.proto", "grpc_service.proto")
 SERVICE_PROTOS = ("grpc_service.proto",)  # the only ones that declare a service
 # Generated module -> the directory (relative to the repository) it is committed in.
 OUTPUTS = {
-    "grpc_service_pb2.py": "gateway/proto",
-    "grpc_service_pb2_grpc.py": "gateway/proto",
+    "grpc_service_pb2.py": "accel_base/proto",
+    "grpc_service_pb2_grpc.py": "accel_base/proto",
     "model_config_pb2.py": "accel_base/proto",
 }
 

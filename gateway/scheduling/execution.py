@@ -7,8 +7,9 @@ Config parameters (ModelConfig.parameters, string values as Triton has them):
     worker_max_restarts     crashes in a row before a worker is no longer restarted
     worker_load_timeout_s   a worker that has not loaded its model by then is killed
 
-Default: a thread for ONNX Runtime on the CPU, a worker process for everything else;
-a Python model (a user's own code) always gets a process.
+Default: a thread for ONNX Runtime on the CPU and for a remote model (which only waits
+on the network), a worker process for everything else; a Python model (a user's own
+code) always gets a process.
 ONNX Runtime keeps no process-wide state that models fight over and releases the GIL,
 and a thread saves the hand-off to another process on every batch (measured in
 benchmarks/workers.py); every framework with process-wide settings or allocators
@@ -40,7 +41,7 @@ from workers.environment import worker_environment
 log = logging.getLogger(__name__)
 
 EXECUTION_MODES = ("process", "thread")
-THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime"})
+THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime", "remote"})
 # A user's own code: its crash, exit or leak must end only its own process.
 PROCESS_ONLY = frozenset({"python"})
 

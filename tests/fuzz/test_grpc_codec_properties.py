@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from accel_base.datatypes import ALL_DATATYPES, MAX_DIMS, NUMPY_DTYPES
 from accel_base.errors import GatewayError
+from accel_base.proto import grpc_service_pb2 as pb
 from gateway.grpc.codec import decode_request
-from gateway.proto import grpc_service_pb2 as pb
 from gateway.shared_memory import REGION, SharedMemoryRegistry
 
 SHARED_MEMORY = SharedMemoryRegistry(enabled=True).input_array  # no region registered

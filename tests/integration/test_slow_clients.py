@@ -93,8 +93,8 @@ def test_grpc_calls_past_the_limit_are_refused_however_grpc_accepted_them(tmp_pa
     import grpc
     import numpy as np
 
-    from gateway.proto import grpc_service_pb2 as pb
-    from gateway.proto import grpc_service_pb2_grpc as pb_grpc
+    from accel_base.proto import grpc_service_pb2 as pb
+    from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
     from models.mlp import write_mlp
 
     # Each admitted call waits out a one-second batch window, so the first two stay open

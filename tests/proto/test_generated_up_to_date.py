@@ -1,4 +1,4 @@
-"""The committed gateway/proto/*_pb2*.py must match what protos/*.proto generate."""
+"""The committed accel_base/proto/*_pb2*.py must match what protos/*.proto generate."""
 
 from gateway.proto.regenerate import stale_files
 

@@ -19,8 +19,8 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as triton_mc
 from tritonclient.grpc import service_pb2 as triton_svc
 
+from accel_base.proto import grpc_service_pb2 as ours_svc
 from accel_base.proto import model_config_pb2 as ours_mc
-from gateway.proto import grpc_service_pb2 as ours_svc
 
 # --------------------------------------------------------------------------- schema
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from accel_base.errors import InvalidArgument
+from accel_base.proto import grpc_service_pb2 as pb
 from gateway.grpc.codec import decode_request, encode_response
 from gateway.inference import InferResponse, Tensor
-from gateway.proto import grpc_service_pb2 as pb
 
 
 def test_typed_contents_and_parameters():

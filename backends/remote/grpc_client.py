@@ -1,0 +1,121 @@
+"""One remote endpoint over gRPC: the V2 GRPCInferenceService, tensors as raw contents.
+
+A channel is one HTTP/2 connection that carries every call of every instance thread at
+once (grpc channels are thread-safe), and reconnects by itself within a second of the
+remote coming back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+
+from accel_base.datatypes import from_raw, to_raw
+from accel_base.errors import GatewayError, InvalidArgument
+from accel_base.proto import grpc_service_pb2 as pb
+from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
+from accel_base.tensor_contents import contents_to_array
+from backends.remote.failures import Lost, NotSent, answered_error, malformed
+from backends.remote.settings import Endpoint, RemoteSettings
+
+# What grpc says when no connection could be made (nothing was sent): the channel is
+# down, or its connection attempt failed.
+_NOT_CONNECTED = ("failed to connect", "connection refused", "connections to all backends failing")
+
+
+class GrpcClient:
+    def __init__(self, endpoint: Endpoint, settings: RemoteSettings) -> None:
+        self.endpoint = str(endpoint)
+        self._settings = settings
+        options = [
+            ("grpc.max_receive_message_length", settings.max_message_bytes),
+            ("grpc.max_send_message_length", -1),
+            # Back within a second of the remote's return, not grpc's default of up to 2 min.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        if endpoint.tls:
+            credentials = grpc.ssl_channel_credentials()
+            self._channel = grpc.secure_channel(endpoint.address, credentials, options)
+        else:
+            self._channel = grpc.insecure_channel(endpoint.address, options)
+        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+
+    def _call(self, method: str, request: Any, timeout_s: float) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details() or ""
+            if code == grpc.StatusCode.UNAVAILABLE:
+                if any(words in details.lower() for words in _NOT_CONNECTED):
+                    raise NotSent(f"{self.endpoint}: {details}") from None
+                raise Lost(f"{self.endpoint}: {details}") from None
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise Lost(f"{self.endpoint}: no answer within {timeout_s:g} s") from None
+            raise answered_error(code.name, self.endpoint, details) from None
+
+    def ready(self) -> None:
+        """Returns when the remote model is ready; raises NotSent, Lost or a GatewayError."""
+        s = self._settings
+        request = pb.ModelReadyRequest(name=s.model, version=s.version)
+        if not self._call("ModelReady", request, s.connect_timeout_s).ready:
+            raise answered_error("UNAVAILABLE", self.endpoint, f"model '{s.model}' is not ready")
+
+    def metadata(self) -> dict[str, Any]:
+        """The remote model's V2 metadata, as the HTTP JSON has it."""
+        s = self._settings
+        request = pb.ModelMetadataRequest(name=s.model, version=s.version)
+        answer = self._call("ModelMetadata", request, s.connect_timeout_s)
+
+        def tensors(declared) -> list[dict[str, Any]]:
+            return [
+                {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in declared
+            ]
+
+        return {"inputs": tensors(answer.inputs), "outputs": tensors(answer.outputs)}
+
+    def max_batch_size(self) -> int | None:
+        """The remote config's max_batch_size, or None where the server has no config call."""
+        s = self._settings
+        request = pb.ModelConfigRequest(name=s.model, version=s.version)
+        try:
+            return self._call("ModelConfig", request, s.connect_timeout_s).config.max_batch_size
+        except GatewayError:
+            return None
+
+    def infer(
+        self, inputs: dict[str, np.ndarray], datatypes: dict[str, str], output_names: list[str]
+    ) -> dict[str, np.ndarray]:
+        s = self._settings
+        request = pb.ModelInferRequest(model_name=s.model, model_version=s.version)
+        for name, array in inputs.items():
+            request.inputs.add(name=name, datatype=datatypes[name], shape=array.shape)
+            request.raw_input_contents.append(to_raw(array, datatypes[name]))
+        for name in output_names:
+            request.outputs.add(name=name)
+        answer = self._call("ModelInfer", request, s.timeout_s)
+        return self._outputs(answer)
+
+    def _outputs(self, answer: pb.ModelInferResponse) -> dict[str, np.ndarray]:
+        raw = answer.raw_output_contents
+        if raw and len(raw) != len(answer.outputs):
+            raise malformed(self.endpoint, f"{len(answer.outputs)} outputs, {len(raw)} raw")
+        outputs = {}
+        for index, tensor in enumerate(answer.outputs):
+            shape, where = tuple(tensor.shape), f"output '{tensor.name}'"
+            try:
+                if raw:
+                    outputs[tensor.name] = from_raw(raw[index], tensor.datatype, shape, where)
+                else:
+                    outputs[tensor.name] = contents_to_array(
+                        tensor.contents, tensor.datatype, shape, where
+                    )
+            except (InvalidArgument, KeyError, ValueError) as exc:
+                raise malformed(self.endpoint, str(exc)) from None
+        return outputs
+
+    def close(self) -> None:
+        self._channel.close()

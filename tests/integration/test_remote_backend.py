@@ -1,0 +1,271 @@
+"""The remote backend against other gateway processes on loopback, through the
+unmodified tritonclient: every datatype over gRPC, HTTP binary and HTTP JSON; a remote
+killed and restarted under load; an unreachable remote; batching in front."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from test_tritonclient import IDENTITY_DATA
+from tritonclient.utils import InferenceServerException
+
+from gateway.launch import GatewayProcess, free_port
+from models import simple
+from models.config_text import DynamicBatching
+from models.remote import write_remote
+from tests.conftest import both_clients
+
+# How the front reaches the remote identity models: (name suffix, protocol, parameters).
+WIRES = (
+    ("grpc", "grpc", {}),
+    ("http", "http", {}),
+    ("json", "http", {"binary_data": "false"}),
+)
+
+
+def simple_inputs(module, batch: int = 1):
+    a = np.arange(16 * batch, dtype=np.int32).reshape(batch, 16)
+    tensors = [module.InferInput(n, [batch, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in tensors:
+        tensor.set_data_from_numpy(a)
+    return tensors, a
+
+
+@pytest.fixture(scope="module")
+def front(gateway, tmp_path_factory) -> GatewayProcess:
+    """A gateway whose identity models run on the session's gateway, three ways."""
+    from tests.conftest import start_server
+
+    repository = tmp_path_factory.mktemp("remote-front") / "repository"
+    for datatype in IDENTITY_DATA:
+        for suffix, protocol, parameters in WIRES:
+            if suffix == "json" and datatype == "BF16":
+                continue  # JSON cannot carry BF16
+            url = gateway.grpc_url if protocol == "grpc" else gateway.http_url
+            name = f"identity_{datatype.lower()}"
+            write_remote(
+                repository, f"{name}_{suffix}", [url], name, protocol, max_batch_size=8,
+                parameters=parameters,
+            )  # fmt: skip
+    server = start_server(repository, log_dir=tmp_path_factory.mktemp("remote-front-logs"))
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+CASES = [
+    (datatype, suffix, client)
+    for datatype in IDENTITY_DATA
+    for suffix, _, _ in WIRES
+    for client in ("http", "grpc")
+    if not (suffix == "json" and datatype == "BF16")
+]
+
+
+@pytest.mark.parametrize(("datatype", "wire", "protocol"), CASES)
+def test_every_datatype_round_trips_through_the_remote(front, datatype, wire, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    url = front.http_url if protocol == "http" else front.grpc_url
+    client = module.InferenceServerClient(url)
+    data = np.repeat(IDENTITY_DATA[datatype], 2, axis=0)
+    tensor = module.InferInput("INPUT0", list(data.shape), datatype)
+    tensor.set_data_from_numpy(data)
+    result = client.infer(f"identity_{datatype.lower()}_{wire}", [tensor])
+    out = result.as_numpy("OUTPUT0")
+    assert out.shape == data.shape
+    if datatype == "BF16":
+        np.testing.assert_array_equal(out.view(np.uint16), data.view(np.uint16))
+    elif datatype == "BYTES":
+        assert out.tolist() == data.tolist()
+    else:
+        np.testing.assert_array_equal(out, data)
+    client.close()
+
+
+def test_metadata_and_config_come_from_the_remote(front):
+    client = httpclient.InferenceServerClient(front.http_url)
+    metadata = client.get_model_metadata("identity_fp32_grpc")
+    assert metadata["platform"] == "remote"
+    assert metadata["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]
+    config = client.get_model_config("identity_fp32_http")
+    assert config["backend"] == "remote" and config["max_batch_size"] == 8
+    assert [t["name"] for t in config["output"]] == ["OUTPUT0"]
+
+
+def test_a_remote_error_is_the_requests_own(front):
+    """The remote's 400 reaches the client as a 400, naming what was wrong."""
+    client = httpclient.InferenceServerClient(front.http_url)
+    data = np.zeros((9, 2), dtype=np.float32)  # over the remote's max_batch_size too
+    tensor = httpclient.InferInput("INPUT0", [9, 2], "FP32")
+    tensor.set_data_from_numpy(data)
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("identity_fp32_grpc", [tensor])
+    assert raised.value.status() == "400"
+    assert "batch" in raised.value.message()
+
+
+# ---- remotes that go away ----------------------------------------------------------
+
+
+def _restart(server: GatewayProcess, repository: Path, log_dir: Path) -> GatewayProcess:
+    from tests.conftest import start_server
+
+    ports = (server.http_port, server.grpc_port, server.metrics_port)
+    return start_server(repository, log_dir=log_dir, ports=ports)
+
+
+def _load(url: str, model: str, seconds: float, threads: int) -> tuple[list[float], list[str]]:
+    """Requests from `threads` clients for `seconds`: the answer times, the failures."""
+    answered: list[float] = []
+    failures: list[str] = []
+    stop = time.monotonic() + seconds
+
+    def client_loop() -> None:
+        client = grpcclient.InferenceServerClient(url)
+        inputs, _ = simple_inputs(grpcclient)
+        while time.monotonic() < stop:
+            try:
+                client.infer(model, inputs, client_timeout=10)
+                answered.append(time.monotonic())
+            except InferenceServerException as exc:
+                failures.append(f"{time.monotonic()}: {exc.status()} {exc.message()}")
+        client.close()
+
+    workers = [threading.Thread(target=client_loop) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return answered, failures
+
+
+def _executions(server: GatewayProcess, model: str) -> int:
+    """Requests the model has answered on `server`."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return stats["inference_count"]
+
+
+def test_a_remote_killed_mid_load_fails_only_its_calls_then_comes_back(server_factory, tmp_path):
+    back = tmp_path / "back"
+    simple.build(back)
+    remotes = [server_factory(back), server_factory(back)]
+    front_repo = tmp_path / "front"
+    write_remote(
+        front_repo, "simple", [r.grpc_url for r in remotes], instances=4,
+        parameters={"health_interval_ms": "200"},
+    )  # fmt: skip
+    front = server_factory(front_repo)
+    threads = 4
+    result: dict[str, tuple] = {}
+    loader = threading.Thread(
+        target=lambda: result.setdefault("run", _load(front.grpc_url, "simple", 6.0, threads))
+    )
+    loader.start()
+    time.sleep(1.5)
+    assert _executions(remotes[1], "simple") > 0  # both remotes take calls
+    os.kill(remotes[1].process.pid, signal.SIGKILL)
+    remotes[1].process.wait()
+    killed_at = time.monotonic()
+    time.sleep(1.5)
+    restarted = _restart(remotes[1], back, tmp_path)
+    before = _executions(restarted, "simple")
+    loader.join()
+    answered, failures = result["run"]
+    # Only calls out on the killed remote may fail: at most one per instance of the front.
+    assert len(failures) <= 4, failures
+    assert all(float(f.split(":")[0]) < killed_at + 0.5 for f in failures), failures
+    assert len(answered) > 200
+    # The restarted remote takes calls again.
+    assert _executions(restarted, "simple") > before
+    restarted.stop()
+
+
+def test_an_unreachable_remote_answers_503_at_once_naming_it(server_factory, tmp_path):
+    port = free_port()  # nothing listens there
+    repository = tmp_path / "front"
+    write_remote(
+        repository, "nowhere", [f"127.0.0.1:{port}"], "simple",
+        parameters={"timeout_ms": "10000"},
+    )  # fmt: skip
+    # The config declares the signature, so the model loads with its remote down.
+    text = (repository / "nowhere" / "config.pbtxt").read_text()
+    text += (
+        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1, 16 ] },'
+        ' { name: "INPUT1" data_type: TYPE_INT32 dims: [ 1, 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1, 16 ] } ]\n'
+    )
+    (repository / "nowhere" / "config.pbtxt").write_text(text)
+    front = server_factory(repository)
+    for client in both_clients(front):
+        module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+        inputs, _ = simple_inputs(module)
+        for _ in range(3):
+            start = time.monotonic()
+            with pytest.raises(InferenceServerException) as raised:
+                client.infer("nowhere", inputs)
+            assert time.monotonic() - start < 0.5
+            assert raised.value.status() in ("503", "StatusCode.UNAVAILABLE")
+            assert f"127.0.0.1:{port}" in raised.value.message()
+
+
+def test_a_remote_that_cannot_be_reached_at_load_and_declares_nothing_fails_to_load(
+    server_factory, tmp_path
+):
+    port = free_port()
+    repository = tmp_path / "front"
+    write_remote(repository, "unknown_signature", [f"127.0.0.1:{port}"], "simple")
+    front = server_factory(repository)
+    client = httpclient.InferenceServerClient(front.http_url)
+    assert not client.is_model_ready("unknown_signature")
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert f"127.0.0.1:{port}" in index["unknown_signature"]["reason"]
+
+
+def test_a_down_endpoint_is_skipped_and_the_call_tried_on_the_next(server_factory, tmp_path):
+    back = tmp_path / "back"
+    simple.build(back)
+    remote = server_factory(back)
+    repository = tmp_path / "front"
+    endpoints = [f"127.0.0.1:{free_port()}", remote.grpc_url]
+    write_remote(repository, "simple", endpoints, parameters={"health_interval_ms": "60000"})
+    front = server_factory(repository)
+    answered, failures = _load(front.grpc_url, "simple", 1.0, 2)
+    assert failures == [] and len(answered) > 20
+
+
+def test_the_front_batches_in_front_of_the_remote(server_factory, tmp_path):
+    back = tmp_path / "back"
+    simple.build(back)
+    remote = server_factory(back)
+    repository = tmp_path / "front"
+    write_remote(
+        repository, "simple", [remote.http_url], protocol="http", max_batch_size=8,
+        dynamic_batching=DynamicBatching(max_queue_delay_us=20_000, adaptive=False),
+        instances=1,
+    )  # fmt: skip
+    front = server_factory(repository)
+    answered, failures = _load(front.grpc_url, "simple", 1.5, 8)
+    assert failures == []
+    stats = httpclient.InferenceServerClient(front.http_url).get_inference_statistics("simple")
+    counts = stats["model_stats"][0]
+    assert counts["execution_count"] < counts["inference_count"] / 2
+
+
+def test_a_front_batch_larger_than_the_remote_takes_is_refused_at_load(server_factory, tmp_path):
+    back = tmp_path / "back"
+    simple.build(back)  # max_batch_size 8
+    remote = server_factory(back)
+    repository = tmp_path / "front"
+    write_remote(repository, "simple", [remote.grpc_url], max_batch_size=16)
+    front = server_factory(repository)
+    index = httpclient.InferenceServerClient(front.http_url).get_model_repository_index()
+    reason = {m["name"]: m for m in index}["simple"]["reason"]
+    assert "batches at most 8" in reason and "max_batch_size" in reason
