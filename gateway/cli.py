@@ -29,6 +29,7 @@ from gateway.grpc.listener import GRPC_SERVERS
 from gateway.limits import ConnectionLimits
 from gateway.listeners import event_loop_factory
 from gateway.placement import options as memory_options
+from gateway.ray import command as ray_command
 from gateway.repository import CONTROL_MODES
 from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, EXEMPT_PER_INSTANCE
 from gateway.security import (
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare_command.add_parser(commands)
     loadtest_command.add_parser(commands)
     health_command.add_parser(commands)
+    ray_command.add_parser(commands)
     return parser
 
 
@@ -235,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         return loadtest_command.run(args)
     if args.command == "health":
         return health_command.run(args, build_parser().parse_args)
+    if args.command == "ray":
+        return ray_command.run(args)
     try:
         # Checked before the example repository is built, so a mistake costs no wait.
         tls = tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)

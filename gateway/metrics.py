@@ -69,7 +69,7 @@ def _labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{key}="{escape(value)}"' for key, value in labels.items()) + "}"
 
 
-def _family(name: str, documentation: str, kind: str, samples: list[tuple[dict, int]]) -> str:
+def family(name: str, documentation: str, kind: str, samples: list[tuple[dict, int]]) -> str:
     lines = [f"# HELP {name} {documentation}", f"# TYPE {name} {kind}"]
     lines += [f"{name}{_labels(labels)} {value}" for labels, value in samples]
     return "\n".join(lines)
@@ -113,9 +113,9 @@ def _worker_families(models) -> list[str]:
     if not up:
         return []
     return [
-        _family("accel_gateway_worker_up", "Whether the instance's worker process runs",
+        family("accel_gateway_worker_up", "Whether the instance's worker process runs",
                 "gauge", up),
-        _family("accel_gateway_worker_deaths", "Worker processes that ended unasked (crash, "
+        family("accel_gateway_worker_deaths", "Worker processes that ended unasked (crash, "
                 "kill, run timeout); each is restarted unless the instance retired",
                 "counter", ended),
     ]  # fmt: skip
@@ -131,17 +131,14 @@ def _gpu_families(readings: list[GpuReading]) -> list[str]:
         ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", lambda r: r.memory_used_bytes),
     ):
         samples = [({"gpu_uuid": r.uuid}, value(r)) for r in readings]
-        families.append(_family(name, documentation, "gauge", samples))
+        families.append(family(name, documentation, "gauge", samples))
     return families
 
 
-def render(
-    repository: ModelRepository,
-    read_gpus: Callable[[], list[GpuReading]] = read_gpus,
-    fronts: Any = None,
-) -> str:
-    """The Prometheus text exposition of every ready model version, and of the GPUs."""
-    models = repository.ready_models()
+def counter_families(models: list[Any]) -> list[str]:
+    """The request counters, failures, requests pending and batch sizes of these model
+    versions (anything with a name, version, stats and pending: a ModelVersion, or a
+    Ray deployment's model summed over its replicas)."""
     families = []
     for name, documentation, key in _COUNTERS:
         samples = []
@@ -158,7 +155,7 @@ def render(
                 "compute_output_us": stats.compute_output.ns // 1000,
             }
             samples.append(({"model": model.name, "version": str(model.version)}, values[key]))
-        families.append(_family(name, documentation, "counter", samples))
+        families.append(family(name, documentation, "counter", samples))
     failures, pending = [], []
     for model in models:
         labels = {"model": model.name, "version": str(model.version)}
@@ -167,7 +164,7 @@ def render(
             failures.append(({**labels, "reason": reason}, count))
         pending.append((labels, model.pending))
     families.append(
-        _family(
+        family(
             "nv_inference_request_failure",
             "Number of failed inference requests",
             "counter",
@@ -175,7 +172,7 @@ def render(
         )
     )
     families.append(
-        _family(
+        family(
             "nv_inference_pending_request_count",
             "Requests accepted by the scheduler and not yet answered",
             "gauge",
@@ -183,9 +180,20 @@ def render(
         )
     )
     families.append(_batch_size_histogram(models))
+    return families
+
+
+def render(
+    repository: ModelRepository,
+    read_gpus: Callable[[], list[GpuReading]] = read_gpus,
+    fronts: Any = None,
+) -> str:
+    """The Prometheus text exposition of every ready model version, and of the GPUs."""
+    models = repository.ready_models()
+    families = counter_families(models)
     families += _worker_families(models)
-    families += memory_families(repository.memory, models, _family, _labels)
-    families += routing_families(models, _family, _labels)
+    families += memory_families(repository.memory, models, family, _labels)
+    families += routing_families(models, family, _labels)
     families += _gpu_families(read_gpus())
     if fronts is not None:
         families += _front_families(fronts)
@@ -196,13 +204,13 @@ def _front_families(fronts: Any) -> list[str]:
     """Front processes (gateway/fronts/supervisor.py): what each handed over, restarts."""
     requests = [({"front": str(link.index)}, link.requests) for link in fronts.links]
     return [
-        _family(
+        family(
             "accel_gateway_front_requests",
             "Inference requests each front process handed to the models",
             "counter",
             requests,
         ),
-        _family(
+        family(
             "accel_gateway_front_restarts",
             "Front processes started again after one exited",
             "counter",

@@ -111,3 +111,32 @@ class ModelStatistics:
                 for size, stats in sorted(self.batches.items())
             ],
         }
+
+
+_DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+
+
+def merged(parts: list[ModelStatistics]) -> ModelStatistics:
+    """One model version's counters summed over the processes that served it (the
+    replicas of a Ray deployment); the latest inference is the latest of any."""
+    total = ModelStatistics(parts[0].name, parts[0].version)
+    for part in parts:
+        total.last_inference_ms = max(total.last_inference_ms, part.last_inference_ms)
+        total.inference_count += part.inference_count
+        total.execution_count += part.execution_count
+        for name in (
+            "success",
+            "fail",
+            "queue",
+            "compute_input",
+            "compute_infer",
+            "compute_output",
+        ):
+            getattr(total, name).add(getattr(part, name).ns, getattr(part, name).count)
+        for size, batch in part.batches.items():
+            into = total.batches.setdefault(size, BatchStats())
+            for name in ("compute_input", "compute_infer", "compute_output"):
+                getattr(into, name).add(getattr(batch, name).ns, getattr(batch, name).count)
+        for reason, count in part.failure_reasons.items():
+            total.failure_reasons[reason] = total.failure_reasons.get(reason, 0) + count
+    return total

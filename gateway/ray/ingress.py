@@ -1,0 +1,215 @@
+"""The Ray ingress: the gateway's HTTP and gRPC fronts (and /metrics) in a Serve
+replica, answering the V2 protocol with every model call handed to the model's own
+deployment. Several ingress replicas on one node share the ports (SO_REUSEPORT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel_base.errors import NotFound, PermissionDenied, Unavailable
+from accel_base.proto import model_config_pb2 as mc
+from gateway import SERVER_NAME, __version__
+from gateway.drain import InFlight
+from gateway.inference import InferRequest, InferResponse
+from gateway.limits import ConnectionLimits
+from gateway.listeners import Listeners, listen, uvicorn_server
+from gateway.metrics import CONTENT_TYPE, counter_families, family
+from gateway.ray.board import find_board
+from gateway.server import ServerOptions
+from gateway.shared_memory import SharedMemoryRegistry
+from gateway.shared_memory_calls import SharedMemoryCalls
+from gateway.shedding import LoopShedder
+
+log = logging.getLogger(__name__)
+
+EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "parameters")
+
+
+@dataclass(frozen=True)
+class Headers:
+    """A request's headers as InferRequest.header, in a form that travels to a replica."""
+
+    values: dict[str, str]
+
+    def __call__(self, name: str) -> str | None:
+        return self.values.get(name.lower())
+
+
+@dataclass(slots=True)
+class ModelView:
+    """A model version as the metrics see it: its counters summed over its replicas."""
+
+    name: str
+    version: str
+    stats: Any
+    pending: int
+
+
+class RayCore(SharedMemoryCalls):
+    """The InferenceCore the fronts call, with the models in their deployments."""
+
+    def __init__(self, handles: dict[str, Any], board: Any, admin_token: str | None) -> None:
+        self.handles = handles
+        self.board = board
+        self.admin_token = admin_token
+        self.started = True
+        self.stopping = False
+        self.in_flight = InFlight()
+        self.shedder = LoopShedder(0.0, busy=lambda: False)
+        self.shared_memory = SharedMemoryRegistry(enabled=False)
+
+    def _handle(self, name: str) -> Any:
+        handle = self.handles.get(name)
+        if handle is None:
+            raise NotFound(
+                f"Request for unknown model: '{name}' is not found; the deployed models are: "
+                f"{', '.join(sorted(self.handles)) or 'none'}"
+            )
+        return handle
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.started and not self.stopping
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.stopping:
+            raise Unavailable("the server is shutting down; send the request elsewhere")
+        handle = self._handle(request.model_name)
+        header = request.header
+        request.client_gone = None  # the caller's connection stays here
+        if header is not None and hasattr(header, "items"):
+            request.header = Headers({k.lower(): v for k, v in header.items()})
+        elif header is not None:
+            request.header = None  # a front without a header list: no sticky header
+        self.in_flight.enter()
+        try:
+            return await handle.infer.remote(request)
+        finally:
+            self.in_flight.leave()
+
+    async def infer_stream(self, request: InferRequest):
+        """One response per request: a decoupled model's stream is not served through
+        Ray (its replica refuses it, saying so)."""
+        yield await self.infer(request)
+
+    async def _ask(self, name: str, question: str, *arguments: Any) -> Any:
+        return await self._handle(name).ask.remote(question, name, *arguments)
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        if name not in self.handles:
+            return False
+        return await self._ask(name, "model_ready", version)
+
+    async def check_model_ready(self, name: str, version: str = "") -> None:
+        await self._ask(name, "check_model_ready", version)
+
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return await self._ask(name, "model_metadata", version)
+
+    async def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return mc.ModelConfig.FromString(await self._ask(name, "model_config", version))
+
+    async def views(self) -> list[ModelView]:
+        rows = await self.board.statistics.remote()
+        return [ModelView(s.name, s.version, s, pending) for s, pending in rows]
+
+    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        if name:
+            self._handle(name)
+        rows = [
+            view.stats.as_dict()
+            for view in await self.views()
+            if (not name or view.name == name) and (not version or view.version == version)
+        ]
+        if name and not rows:
+            raise NotFound(f"model '{name}' has no statistics yet: no replica has reported")
+        return rows
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        replicas = await self.board.replicas.remote()
+        rows = []
+        for name in sorted(self.handles):
+            count = replicas.get(name, 0)
+            state = "READY" if count else "UNAVAILABLE"
+            if ready_only and not count:
+                continue
+            reason = f"{count} replica(s) reporting" if count else "no replica has reported"
+            rows.append({"name": name, "state": state, "reason": reason})
+        return rows
+
+    def check_admin(self, token: str | None) -> None:
+        raise PermissionDenied(
+            "models served through Ray Serve are loaded and unloaded by deploying: run "
+            "accel-gateway ray serve again with the repository as it should be"
+        )
+
+    async def load_model(self, name: str, token: str | None, parameters: Any = None) -> None:
+        self.check_admin(token)
+
+    async def unload_model(self, name: str, token: str | None) -> None:
+        self.check_admin(token)
+
+
+class Ingress:
+    """The body of the ingress deployment (deployments.py wraps it)."""
+
+    async def __init__(self, handles: dict[str, Any], options: dict[str, Any]) -> None:
+        import ray
+
+        self.core = RayCore(handles, find_board(ray), options.get("admin_token"))
+        self.options = ServerOptions(
+            Path(options["model_repository"]), host=options["host"],
+            http_port=options["http_port"], grpc_port=options["grpc_port"],
+            metrics_port=options["metrics_port"], admin_token=options.get("admin_token"),
+        )  # fmt: skip
+        self.listeners = Listeners(self.core, self.options, reuse_port=True)
+        self.listeners.bind()
+        await self.listeners.start(None)
+        await self.listeners.set_serving(True)
+        self._metrics = self._start_metrics()
+
+    def _start_metrics(self) -> asyncio.Task:
+        from starlette.applications import Starlette
+        from starlette.responses import PlainTextResponse
+        from starlette.routing import Route
+
+        async def metrics(_request):
+            families = counter_families(await self.core.views())
+            families.append(await self._replica_family())
+            return PlainTextResponse("\n".join(families) + "\n", media_type=CONTENT_TYPE)
+
+        options = self.options
+        sock = listen(options.host, options.metrics_port, "metrics", reuse_port=True)
+        server = uvicorn_server(Starlette(routes=[Route("/metrics", metrics)]), ConnectionLimits())
+        return asyncio.ensure_future(server.serve(sockets=[sock]))
+
+    async def _replica_family(self) -> str:
+        rows = await self.core.board.replica_requests.remote()
+        samples = [({"model": m, "replica": r}, count) for m, r, count in rows]
+        return family(
+            "accel_gateway_ray_replica_requests",
+            "Requests each Ray Serve replica answered for its deployment's model",
+            "counter",
+            samples,
+        )
+
+    def check_health(self) -> None:
+        if self.listeners.http is None or self._metrics.done():
+            raise Unavailable("the ingress's listeners have stopped")
+
+    async def __del__(self) -> None:
+        self.core.stopping = True
+        await self.listeners.set_serving(False)
+        await self.core.in_flight.wait_idle(5.0)
+        await self.listeners.stop(1.0)
+        self._metrics.cancel()

@@ -1,0 +1,43 @@
+"""The statistics board: replicas' counters summed per model version, requests
+pending only from replicas that posted lately, traffic per replica."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.ray import board as board_module
+from gateway.ray.board import Board, Post
+from gateway.statistics import ModelStatistics, merged
+
+
+def stats(name: str, successes: int, batch: int = 1, last_ms: int = 0) -> ModelStatistics:
+    result = ModelStatistics(name, "1", last_inference_ms=last_ms)
+    for _ in range(successes):
+        result.record_execution(batch, 1, 10, 20, 30)
+        result.success.add(100)
+        result.queue.add(5)
+    result.failure_reasons["REJECTED"] = 1
+    return result
+
+
+def test_merged_sums_every_counter_and_keeps_the_latest_inference():
+    total = merged([stats("m", 2, last_ms=7), stats("m", 3, batch=4, last_ms=5)])
+    assert (total.success.count, total.success.ns) == (5, 500)
+    assert (total.inference_count, total.execution_count) == (2 + 12, 5)
+    assert total.queue.ns == 25 and total.compute_infer.ns == 100
+    assert sorted(total.batches) == [1, 4] and total.batches[4].compute_infer.count == 3
+    assert total.failure_reasons == {"REJECTED": 2} and total.last_inference_ms == 7
+
+
+def test_the_board_sums_replicas_and_counts_pending_only_from_fresh_posts(monkeypatch):
+    board = Board()
+    board.post("a", Post("m", [stats("m", 2), stats("member", 1)], {("m", "1"): 3}))
+    board.post("b", Post("m", [stats("m", 4)], {("m", "1"): 2}))
+    rows = {s.name: (s.success.count, pending) for s, pending in board.statistics()}
+    assert rows == {"m": (6, 5), "member": (1, 0)}
+    assert board.replicas() == {"m": 2}
+    assert board.replica_requests() == [("m", "a", 2), ("m", "b", 4)]
+    # Replica b stops posting: its counters stay, its queue and its place go.
+    board.posts["b"].posted = time.monotonic() - board_module.STALE_S - 1
+    rows = {s.name: (s.success.count, pending) for s, pending in board.statistics()}
+    assert rows["m"] == (6, 3) and board.replicas() == {"m": 1}
