@@ -33,12 +33,17 @@ def deployment_options(config: mc.ModelConfig, gpu_bytes: int, predicted_gpu_byt
     """serve.deployment options from the config's `ray` section and instance groups.
 
     Replicas: ray.num_replicas, else the instance_group count (each replica runs one
-    instance); ray.max_replicas above 0 turns autoscaling on instead. A KIND_GPU model
+    instance); ray.max_replicas above 0 turns autoscaling on instead; a sequence model
+    gets one. A KIND_GPU model
     with no ray.num_gpus reserves the share of a GPU its predicted footprint takes.
     """
     ray = config.ray
     options: dict[str, Any] = {}
-    if ray.max_replicas > 0:
+    if config.HasField("sequence_batching"):
+        # A sequence's requests must all reach the replica that holds its state, and a
+        # Serve handle cannot route by correlation id.
+        options["num_replicas"] = 1
+    elif ray.max_replicas > 0:
         autoscaling: dict[str, Any] = {
             "min_replicas": ray.min_replicas,
             "max_replicas": ray.max_replicas,

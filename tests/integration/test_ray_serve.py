@@ -4,16 +4,12 @@ unmodified tritonclient over HTTP and gRPC through the gateway's Ray ingress."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,49 +18,21 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from gateway.launch import free_port
+from gateway.ray.local_cluster import local_cluster
 from models.digits import held_out
 
 pytest.importorskip("ray.serve")
 
-RAY = Path(sys.executable).with_name("ray")
 # Models copied from the example repository: ONNX, a Python model, BYTES, an ensemble
 # of Python and ONNX steps (its replicas carry its members).
 MODELS = ("simple", "digits", "identity_bytes", "py_identity", "digits_preprocess",
           "digits_postprocess", "digits_pipeline")  # fmt: skip
-START_TIMEOUT_S = 90
 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
-    """A one-node Ray cluster on loopback, bounded, stopped with everything it started."""
-    port = free_port()
-    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    head = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-         "--port", str(port), "--num-cpus", "16", "--include-dashboard", "false",
-         "--ray-client-server-port", str(free_port()), "--disable-usage-stats",
-         "--temp-dir", temp],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while subprocess.run(
-            [str(RAY), "status", "--address", address], env=env, capture_output=True, timeout=30
-        ).returncode:
-            assert head.poll() is None, "ray start exited"
-            assert time.monotonic() < deadline, "the Ray cluster did not start"
-            time.sleep(1)
+    with local_cluster() as address:
         yield address
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

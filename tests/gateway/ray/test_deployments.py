@@ -24,6 +24,12 @@ def test_replicas_follow_the_instance_count_by_default():
     assert options(f"{text} ray {{ num_replicas: 5 }}")["num_replicas"] == 5
 
 
+def test_a_sequence_model_gets_one_replica_whatever_it_asks():
+    text = "sequence_batching { } instance_group [ { count: 4 } ] ray { max_replicas: 3 }"
+    found = options(text)
+    assert found["num_replicas"] == 1 and "autoscaling_config" not in found
+
+
 def test_autoscaling_replaces_a_fixed_count():
     found = options("ray { min_replicas: 1 max_replicas: 4 target_ongoing_requests: 3 }")
     assert "num_replicas" not in found
