@@ -12,7 +12,6 @@ import struct
 from typing import Any
 
 import numpy as np
-import orjson
 
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
@@ -166,6 +165,8 @@ def json_data(flat: np.ndarray, datatype: str) -> Any:
     if datatype == "BYTES":
         return [e.decode() if isinstance(e, bytes) else str(e) for e in flat]
     if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        import orjson  # here: worker processes import this module, and never orjson
+
         return orjson.Fragment(json.dumps(flat.tolist()))
     return np.ascontiguousarray(flat)
 

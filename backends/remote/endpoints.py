@@ -46,6 +46,8 @@ class Endpoint:
         self.client = client
         self.outstanding = 0
         self.down_reason: str | None = None  # None while healthy
+        self.failures = 0  # connection failures so far: a health check older than one
+        # of them may not bring the endpoint back
 
 
 class EndpointPool:
@@ -120,21 +122,29 @@ class EndpointPool:
     # ---- health --------------------------------------------------------------------
 
     def mark_down(self, endpoint: Endpoint, reason: str) -> None:
-        if endpoint.down_reason is None:
+        with self._lock:
+            was_up = endpoint.down_reason is None
+            endpoint.down_reason = reason
+            endpoint.failures += 1
+        if was_up:
             log.warning("model '%s': remote %s is out: %s", self.name, endpoint.client.endpoint,
                         reason)  # fmt: skip
-        endpoint.down_reason = reason
 
     def check(self, endpoint: Endpoint) -> None:
         """Ask the endpoint whether the model is ready there; in or out by the answer."""
+        before = endpoint.failures
         try:
             endpoint.client.ready()
         except (NotSent, Lost, GatewayError) as exc:
             self.mark_down(endpoint, str(exc))
             return
-        if endpoint.down_reason is not None:
+        with self._lock:
+            if endpoint.failures != before:  # a call failed while this check ran
+                return
+            came_back = endpoint.down_reason is not None
+            endpoint.down_reason = None
+        if came_back:
             log.warning("model '%s': remote %s is back", self.name, endpoint.client.endpoint)
-        endpoint.down_reason = None
 
     def start_checking(self) -> None:
         self._checker = threading.Thread(
@@ -147,12 +157,18 @@ class EndpointPool:
             for endpoint in self.endpoints:
                 if self._closed.is_set():
                     return
-                self.check(endpoint)
+                try:
+                    self.check(endpoint)
+                except Exception as exc:  # a client's own bug must not end the checking
+                    log.exception("model '%s': checking %s failed", self.name,
+                                  endpoint.client.endpoint)  # fmt: skip
+                    self.mark_down(endpoint, f"its health check failed: {exc}")
 
     def close(self) -> None:
         self._closed.set()
         if self._checker is not None:
-            self._checker.join(timeout=self.settings.connect_timeout_s + 1)
+            # A check in progress takes up to a connection's and a call's deadline.
+            self._checker.join(timeout=2 * self.settings.connect_timeout_s + 1)
         for endpoint in self.endpoints:
             endpoint.client.close()
 

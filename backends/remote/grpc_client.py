@@ -7,22 +7,26 @@ remote coming back.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import grpc
 import numpy as np
 
 from accel_base.datatypes import from_raw, to_raw
-from accel_base.errors import GatewayError, InvalidArgument
+from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import grpc_service_pb2 as pb
 from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from accel_base.tensor_contents import contents_to_array
 from backends.remote.failures import Lost, NotSent, answered_error, malformed
 from backends.remote.settings import Endpoint, RemoteSettings
 
-# What grpc says when no connection could be made (nothing was sent): the channel is
-# down, or its connection attempt failed.
-_NOT_CONNECTED = ("failed to connect", "connection refused", "connections to all backends failing")
+# How grpc's own message begins when it had no connection to send on (nothing was sent).
+# Matched at the start only: a remote's answer may say anything in its details.
+_NOT_CONNECTED = "failed to connect to all addresses"
+# grpc's own words for a connection that broke under a call (which may have run).
+_CONNECTION_LOST = ("socket closed", "connection reset", "broken pipe", "goaway",
+                    "keepalive watchdog", "stream removed", "recvmsg", "sendmsg")  # fmt: skip
 
 
 class GrpcClient:
@@ -36,6 +40,11 @@ class GrpcClient:
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            # A remote that vanished without a reset is noticed within seconds, not at
+            # the next call's deadline.
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
         ]
         if endpoint.tls:
             credentials = grpc.ssl_channel_credentials()
@@ -43,18 +52,43 @@ class GrpcClient:
         else:
             self._channel = grpc.insecure_channel(endpoint.address, options)
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._connected = threading.Event()
+        self._state = grpc.ChannelConnectivity.IDLE
+        self._channel.subscribe(self._on_state, try_to_connect=True)
+
+    def _on_state(self, state: grpc.ChannelConnectivity) -> None:
+        self._state = state
+        if state == grpc.ChannelConnectivity.READY:
+            self._connected.set()
+        else:
+            self._connected.clear()
 
     def _call(self, method: str, request: Any, timeout_s: float) -> Any:
+        # A call would wait out its whole deadline for a connection that is not coming:
+        # at most connect_timeout_s here, and then it was never sent.
+        if not self._connected.is_set():
+            if self._state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                raise NotSent(f"{self.endpoint}: its connection is failing (refused or reset)")
+            waited = self._settings.connect_timeout_s
+            try:  # asks the channel to connect (an idle one does not by itself)
+                grpc.channel_ready_future(self._channel).result(timeout=waited)
+            except grpc.FutureTimeoutError:
+                raise NotSent(f"{self.endpoint}: no connection within {waited:g} s") from None
         try:
             return getattr(self._stub, method)(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             code, details = exc.code(), exc.details() or ""
             if code == grpc.StatusCode.UNAVAILABLE:
-                if any(words in details.lower() for words in _NOT_CONNECTED):
+                if details.lower().startswith(_NOT_CONNECTED):
                     raise NotSent(f"{self.endpoint}: {details}") from None
-                raise Lost(f"{self.endpoint}: {details}") from None
+                if any(words in details.lower() for words in _CONNECTION_LOST):
+                    raise Lost(f"{self.endpoint}: {details}") from None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise Lost(f"{self.endpoint}: no answer within {timeout_s:g} s") from None
+                # Slow, not gone: this request fails, the endpoint stays in.
+                raise Unavailable(
+                    f"remote {self.endpoint} did not answer within {timeout_s:g} s "
+                    "(parameter timeout_ms)"
+                ) from None
             raise answered_error(code.name, self.endpoint, details) from None
 
     def ready(self) -> None:
@@ -118,4 +152,5 @@ class GrpcClient:
         return outputs
 
     def close(self) -> None:
+        self._channel.unsubscribe(self._on_state)
         self._channel.close()

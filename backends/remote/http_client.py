@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
 import socket
 import ssl
 import threading
@@ -21,7 +20,7 @@ import numpy as np
 import orjson
 
 from accel_base.datatypes import NUMPY_DTYPES, from_raw, json_data, to_raw
-from accel_base.errors import GatewayError, InvalidArgument
+from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from backends.remote.failures import Lost, NotSent, answered_error, malformed
 from backends.remote.settings import Endpoint, RemoteSettings
 
@@ -34,8 +33,17 @@ def _dropped(connection: http.client.HTTPConnection) -> bool:
     sock = connection.sock
     if sock is None:
         return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)  # an idle connection with bytes to read is at its end
+    timeout = sock.gettimeout()
+    sock.settimeout(0)  # with a timeout, Python would wait for data before reading
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return False  # nothing to read: still open, as an idle connection should be
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+    return True  # at its end (b""), or bytes nobody asked for
 
 
 class HttpClient:
@@ -46,6 +54,7 @@ class HttpClient:
         self._settings = settings
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._closed = False
         model = f"/v2/models/{quote(settings.model, safe='')}"
         self._model_path = model + (
             f"/versions/{quote(settings.version, safe='')}" if settings.version else ""
@@ -82,7 +91,7 @@ class HttpClient:
 
     def _give_back(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
-            if len(self._idle) < MAX_IDLE:
+            if not self._closed and len(self._idle) < MAX_IDLE:
                 self._idle.append(connection)
                 return
         connection.close()
@@ -95,24 +104,29 @@ class HttpClient:
             connection.sock.settimeout(timeout_s)
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            length = int(response.getheader("content-length") or 0)
-            if length > self._settings.max_message_bytes:
-                raise Lost(
-                    f"{self.endpoint}: a response of {length} bytes is over the limit of "
-                    f"{self._settings.max_message_bytes} (parameter max_message_mb)"
+            limit = self._settings.max_message_bytes
+            data = response.read(limit + 1)  # bounded, chunked or not
+            if len(data) > limit:
+                connection.close()
+                raise Unavailable(
+                    f"remote {self.endpoint} answered with more than {limit} bytes (parameter "
+                    "max_message_mb)"
                 )
-            data = response.read()
         except TimeoutError:
+            # Slow, not gone: this request fails, the endpoint stays in.
             connection.close()
-            raise Lost(f"{self.endpoint}: no answer within {timeout_s:g} s") from None
+            raise Unavailable(
+                f"remote {self.endpoint} did not answer within {timeout_s:g} s (parameter "
+                "timeout_ms)"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             raise Lost(f"{self.endpoint}: connection lost: {exc or type(exc).__name__}") from None
         except BaseException:
             connection.close()
             raise
-        if response.will_close:
-            connection.close()
+        if response.will_close or not response.isclosed():
+            connection.close()  # told to, or a body longer than the limit left unread
         else:
             self._give_back(connection)
         return response.status, {k.lower(): v for k, v in response.getheaders()}, data
@@ -200,6 +214,7 @@ class HttpClient:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
@@ -234,6 +249,8 @@ def _json_data(array: np.ndarray, datatype: str, name: str) -> Any:
 
 
 def _from_json(data: list, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    if datatype == "BF16":
+        raise ValueError("BF16 output sent as JSON, which has no form for it")
     flat = np.asarray(data, dtype=object).reshape(-1)
     if datatype == "BYTES":
         return np.array([str(v).encode() for v in flat], dtype=object).reshape(shape)

@@ -1,13 +1,15 @@
 """Where the replicas of every deployment post their statistics, so that the ingress
 answers for a model as a whole, whichever replicas served it.
 
-Each replica posts its counters every REPORT_S. A replica that stopped keeps its last
-counters (they stay counted: counters never go back), but its queue no longer counts
-once its post is older than STALE_S.
+Each replica posts its counters every REPORT_S. A replica whose post is older than
+STALE_S no longer counts as running, nor does its queue. After RETIRE_S its last counters
+are folded into its model's retired totals (so counters never go back) and its later
+posts, if any, ignored: the board stays the size of the replicas running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,7 @@ BOARD_NAME = "accel_gateway_board"
 NAMESPACE = "accel_gateway"  # the board's; Serve's replicas live in namespace "serve"
 REPORT_S = 0.5
 STALE_S = 5.0
+RETIRE_S = 60.0
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Post:
     model: str
     stats: list[ModelStatistics]
     pending: dict[tuple[str, str], int]
+    failure: str | None = None  # why its model did not load, if it did not
     posted: float = 0.0
 
 
@@ -36,18 +40,37 @@ class Board:
 
     def __init__(self) -> None:
         self.posts: dict[str, Post] = {}
+        self.retired: dict[tuple[str, str], ModelStatistics] = {}
+        self._retired_replicas: set[str] = set()
 
     def post(self, replica: str, post: Post) -> None:
+        if replica in self._retired_replicas:
+            return  # its counters are in the retired totals already
         post.posted = time.monotonic()
         self.posts[replica] = post
+        self._retire()
 
-    def replicas(self) -> dict[str, int]:
-        """Replicas that posted lately, by their deployment's model."""
-        now, counts = time.monotonic(), {}
+    def _retire(self) -> None:
+        now = time.monotonic()
+        for replica, post in list(self.posts.items()):
+            if now - post.posted < RETIRE_S:
+                continue
+            for stats in post.stats:
+                key = (stats.name, stats.version)
+                previous = [self.retired[key]] if key in self.retired else []
+                self.retired[key] = merged([*previous, stats])
+            del self.posts[replica]
+            self._retired_replicas.add(replica)
+
+    def replicas(self) -> dict[str, tuple[int, str | None]]:
+        """By deployment's model: its replicas that posted lately, and why its model
+        failed to load where one of them says so."""
+        now, found = time.monotonic(), {}
         for post in self.posts.values():
             if now - post.posted < STALE_S:
-                counts[post.model] = counts.get(post.model, 0) + 1
-        return counts
+                count, failure = found.get(post.model, (0, None))
+                found[post.model] = (count + 1, failure or post.failure)
+        return found
 
     def replica_requests(self) -> list[tuple[str, str, int]]:
         """(model, replica, requests it answered for its own model), for every replica
@@ -62,7 +85,7 @@ class Board:
         """Every model version's counters summed over the replicas, and its requests
         pending at the replicas that posted lately."""
         now = time.monotonic()
-        parts: dict[tuple[str, str], list[ModelStatistics]] = {}
+        parts = {key: [stats] for key, stats in self.retired.items()}
         pending: dict[tuple[str, str], int] = {}
         for post in self.posts.values():
             for stats in post.stats:
@@ -75,7 +98,9 @@ class Board:
 
 def board_actor(ray: Any) -> Any:
     """The board's named actor in the cluster, created by the first who asks."""
-    remote = ray.remote(num_cpus=0)(Board)
+    # Restarted if its process dies: its counters start again from what the replicas
+    # post next (those of replicas retired before are lost then).
+    remote = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(Board)
     return remote.options(
         name=BOARD_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
     ).remote()
@@ -83,3 +108,9 @@ def board_actor(ray: Any) -> Any:
 
 def find_board(ray: Any) -> Any:
     return ray.get_actor(BOARD_NAME, namespace=NAMESPACE)
+
+
+def remove_board(ray: Any) -> None:
+    """The board and its counters go with the application (`ray shutdown`)."""
+    with contextlib.suppress(ValueError):  # ValueError: there was none
+        ray.kill(find_board(ray), no_restart=True)

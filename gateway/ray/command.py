@@ -5,7 +5,9 @@
 
 `serve` connects to the cluster, deploys every model of the repository and the V2
 ingress, waits until the ingress answers ready, and returns: the application stays up
-in the cluster (Serve's controller keeps it) until `shutdown`.
+in the cluster (Serve's controller keeps it) until `shutdown`. The ingress runs on the
+node where `serve` runs; the repository must be at the same path on every node (a
+shared file system), since each model's replicas read it wherever they are placed.
 """
 
 from __future__ import annotations
@@ -63,17 +65,17 @@ def _wait_ready(url: str, timeout_s: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import ray
     from ray import serve
 
-    from gateway.ray.board import board_actor
+    from gateway.ray.board import board_actor, remove_board
     from gateway.ray.deployments import APP_NAME, application
 
     _connect(args.address)
     if args.ray_command == "shutdown":
         serve.delete(APP_NAME)
+        remove_board(ray)
         return 0
-    import ray
-
     board_actor(ray)
     serve.start(proxy_location="Disabled")
     options = {
@@ -81,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         "http_port": args.http_port, "grpc_port": args.grpc_port,
         "metrics_port": args.metrics_port,
     }  # fmt: skip
-    app = application(args.model_repository.resolve(), options, args.ingress_replicas)
+    node_ip = ray.util.get_node_ip_address()
+    app = application(args.model_repository.resolve(), options, args.ingress_replicas, node_ip)
     serve.run(app, name=APP_NAME, route_prefix=None, blocking=False)
     _wait_ready(f"http://{args.host}:{args.http_port}/v2/health/ready", args.timeout)
     print(

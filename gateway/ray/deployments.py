@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 APP_NAME = "accel-gateway"
 INGRESS = "ingress"
 GPU_SHARE_STEP = 0.05  # a model's share of a GPU is rounded up to this
+DEFAULT_MAX_QUEUED = 1024  # as the gateway's --max-queue-size
 
 
 def gpu_share(predicted_bytes: int, gpu_bytes: int) -> float:
@@ -57,6 +58,10 @@ def deployment_options(config: mc.ModelConfig, gpu_bytes: int, predicted_gpu_byt
     # A batch forms from requests the replica holds at once: let it hold a batch's worth.
     batch = config.max_batch_size if config.HasField("dynamic_batching") else 0
     options["max_ongoing_requests"] = ray.max_ongoing_requests or max(5, 2 * batch)
+    # Requests waiting for a replica are bounded as the gateway's own queue is; past it,
+    # the caller gets a 503 at once.
+    policy = config.dynamic_batching.default_queue_policy
+    options["max_queued_requests"] = policy.max_queue_size or DEFAULT_MAX_QUEUED
     actor: dict[str, Any] = {}
     if ray.num_cpus > 0:
         actor["num_cpus"] = ray.num_cpus
@@ -89,15 +94,19 @@ def model_deployments(repository: Path) -> dict[str, dict]:
         except GatewayError as exc:
             log.error("model '%s' is not deployed: %s", name, exc.message)
             continue
-        versions = sorted((repository / name).glob("[0-9]*"))
-        version_dir = versions[-1] if versions else repository / name
+        versions = [p for p in (repository / name).iterdir() if p.name.isdigit()]
+        version_dir = max(versions, key=lambda p: int(p.name), default=repository / name)
         predicted = footprint.predict(config, platform_of(config), version_dir, Device("gpu"), True)
         found[name] = deployment_options(config, gpu_bytes, predicted)
     return found
 
 
-def application(repository: Path, ingress_options: dict, ingress_replicas: int) -> Any:
-    """The Serve application: the models' deployments bound into the ingress."""
+def application(
+    repository: Path, ingress_options: dict, ingress_replicas: int, node_ip: str
+) -> Any:
+    """The Serve application: the models' deployments bound into the ingress, whose
+    replicas run on the node at `node_ip` (where `ray serve` runs: the address it was
+    told to serve on is that node's)."""
     from ray import serve
 
     from gateway.ray.ingress import Ingress
@@ -107,7 +116,8 @@ def application(repository: Path, ingress_options: dict, ingress_replicas: int) 
     for name, options in model_deployments(repository).items():
         deployment = serve.deployment(ModelReplica, name=f"model-{name}", **options)
         handles[name] = deployment.bind(str(repository), name)
+    on_node = {"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001}}
     ingress = serve.deployment(
-        Ingress, name=INGRESS, num_replicas=ingress_replicas, ray_actor_options={"num_cpus": 0}
+        Ingress, name=INGRESS, num_replicas=ingress_replicas, ray_actor_options=on_node
     )
     return ingress.bind(handles, ingress_options)

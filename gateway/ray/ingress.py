@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accel_base.errors import NotFound, PermissionDenied, Unavailable
+from accel_base.errors import GatewayError, Internal, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.drain import InFlight
@@ -28,6 +29,11 @@ from gateway.shedding import LoopShedder
 log = logging.getLogger(__name__)
 
 EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "parameters")
+# Longest waits on a deployment: an infer without a deadline of its own (the replica's
+# admission refuses what cannot start in time, so this bounds a replica that hangs),
+# and a question (ready, metadata, config).
+INFER_WAIT_S = 300.0
+ASK_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,29 @@ class RayCore(SharedMemoryCalls):
     def server_metadata(self) -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
 
+    async def _wait(self, name: str, call: Any, wait_s: float) -> Any:
+        """A deployment's answer, with Ray's own failures as the client's 503s and the
+        replica's errors as they were raised there."""
+        import ray.exceptions
+        import ray.serve.exceptions
+
+        try:
+            return await asyncio.wait_for(call, wait_s)
+        except TimeoutError:
+            raise Unavailable(
+                f"model '{name}': no answer from its replicas in {wait_s:g} s"
+            ) from None
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, GatewayError):
+                raise cause from None
+            raise Internal(f"model '{name}' failed in its replica: {cause or exc}") from None
+        except (ray.exceptions.RayError, ray.serve.exceptions.RayServeException) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise Unavailable(
+                f"model '{name}': its Ray Serve deployment cannot take the call now ({reason})"
+            ) from None
+
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
@@ -91,9 +120,14 @@ class RayCore(SharedMemoryCalls):
             request.header = Headers({k.lower(): v for k, v in header.items()})
         elif header is not None:
             request.header = None  # a front without a header list: no sticky header
+        # Monotonic clocks differ between nodes: what is left of the deadline travels.
+        wait_s = None if request.deadline is None else request.deadline - time.monotonic()
+        request.deadline = None
         self.in_flight.enter()
         try:
-            return await handle.infer.remote(request)
+            call = handle.infer.remote(request, wait_s)
+            wait = INFER_WAIT_S if wait_s is None else max(wait_s, 0.001)
+            return await self._wait(request.model_name, call, wait)
         finally:
             self.in_flight.leave()
 
@@ -103,7 +137,19 @@ class RayCore(SharedMemoryCalls):
         yield await self.infer(request)
 
     async def _ask(self, name: str, question: str, *arguments: Any) -> Any:
-        return await self._handle(name).ask.remote(question, name, *arguments)
+        call = self._handle(name).ask.remote(question, name, *arguments)
+        return await self._wait(name, call, ASK_WAIT_S)
+
+    async def _board(self, method: str) -> Any:
+        """Ask the board; looked up again once if it was restarted meanwhile."""
+        import ray
+        import ray.exceptions
+
+        try:
+            return await getattr(self.board, method).remote()
+        except ray.exceptions.RayError:
+            self.board = find_board(ray)
+            return await getattr(self.board, method).remote()
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         if name not in self.handles:
@@ -120,8 +166,14 @@ class RayCore(SharedMemoryCalls):
         return mc.ModelConfig.FromString(await self._ask(name, "model_config", version))
 
     async def views(self) -> list[ModelView]:
-        rows = await self.board.statistics.remote()
-        return [ModelView(s.name, s.version, s, pending) for s, pending in rows]
+        """The deployed models' counters (not those of members that a replica runs
+        inside an ensemble or a router, nor of models deployed before)."""
+        rows = await self._board("statistics")
+        return [
+            ModelView(s.name, s.version, s, pending)
+            for s, pending in rows
+            if s.name in self.handles
+        ]
 
     async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         if name:
@@ -136,15 +188,18 @@ class RayCore(SharedMemoryCalls):
         return rows
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        replicas = await self.board.replicas.remote()
+        replicas = await self._board("replicas")
         rows = []
         for name in sorted(self.handles):
-            count = replicas.get(name, 0)
-            state = "READY" if count else "UNAVAILABLE"
-            if ready_only and not count:
+            count, failure = replicas.get(name, (0, None))
+            ready = count > 0 and failure is None
+            if ready_only and not ready:
                 continue
-            reason = f"{count} replica(s) reporting" if count else "no replica has reported"
-            rows.append({"name": name, "state": state, "reason": reason})
+            reason = failure or (
+                f"{count} replica(s) reporting" if count else "no replica has reported"
+            )
+            rows.append({"name": name, "state": "READY" if ready else "UNAVAILABLE",
+                         "reason": reason})  # fmt: skip
         return rows
 
     def check_admin(self, token: str | None) -> None:
@@ -194,7 +249,7 @@ class Ingress:
         return asyncio.ensure_future(server.serve(sockets=[sock]))
 
     async def _replica_family(self) -> str:
-        rows = await self.core.board.replica_requests.remote()
+        rows = await self.core._board("replica_requests")
         samples = [({"model": m, "replica": r}, count) for m, r, count in rows]
         return family(
             "accel_gateway_ray_replica_requests",

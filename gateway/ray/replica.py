@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from accel_base.config_json import config_to_json
-from accel_base.errors import Unavailable
+from accel_base.errors import GatewayError, Unavailable
 from gateway.core import InferenceCore
 from gateway.inference import InferRequest, InferResponse
 from gateway.model_config import read_config
@@ -27,9 +28,10 @@ QUESTIONS = frozenset({"model_ready", "check_model_ready", "model_metadata", "mo
 
 def one_instance(config_json: dict[str, Any]) -> dict[str, Any]:
     """The config with one instance: the replica is the unit Ray Serve multiplies, so
-    each holds one (its kind kept, pinned GPUs dropped: Ray gives the replica its GPU)."""
-    groups = config_json.get("instance_group") or [{}]
-    kind = groups[0].get("kind", "KIND_AUTO")
+    each holds one (on a GPU when any group asks for one, as its deployment reserves
+    one; pinned GPUs dropped: Ray gives the replica its GPU)."""
+    kinds = [g.get("kind", "KIND_AUTO") for g in config_json.get("instance_group") or [{}]]
+    kind = "KIND_GPU" if "KIND_GPU" in kinds else kinds[0]
     return {**config_json, "instance_group": [{"count": 1, "kind": kind}]}
 
 
@@ -43,8 +45,15 @@ class ModelReplica:
         self.model = model
         self.repository = ModelRepository(Path(repository), "explicit")
         self.core = InferenceCore(self.repository)
-        config = read_config(Path(repository) / model)
-        await self.repository.load(model, one_instance(config_to_json(config)))
+        # A model that fails to load answers 503 with the reason, as in one gateway, and
+        # does not take the other models' deployments down with it.
+        self.failure: str | None = None
+        try:
+            config = read_config(Path(repository) / model)
+            await self.repository.load(model, one_instance(config_to_json(config)))
+        except GatewayError as exc:
+            self.failure = f"failed to load '{model}': {exc.message}"
+            log.error("%s", self.failure)
         self.core.started = True
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._board = find_board(ray)
@@ -57,12 +66,19 @@ class ModelReplica:
                 self.model,
                 [m.stats for m in models],
                 {(m.name, str(m.version)): m.pending for m in models},
+                self.failure,
             )
             with contextlib.suppress(Exception):  # a board restarting: post next time
                 await self._board.post.remote(self._replica, post)
             await asyncio.sleep(REPORT_S)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest, wait_s: float | None) -> InferResponse:
+        """`wait_s`: what is left of the caller's deadline (monotonic clocks differ
+        between nodes, so the deadline itself does not travel)."""
+        if self.failure is not None:
+            raise Unavailable(self.failure)
+        if wait_s is not None:
+            request.deadline = time.monotonic() + wait_s
         return await self.core.infer(request)
 
     async def ask(self, question: str, *arguments: Any) -> Any:
@@ -70,11 +86,17 @@ class ModelReplica:
         bytes, for the protobuf message does not travel)."""
         if question not in QUESTIONS:
             raise ValueError(f"a replica is not asked {question!r}")
+        if self.failure is not None:
+            if question == "model_ready":
+                return False
+            raise Unavailable(self.failure)
         answer = await getattr(self.core, question)(*arguments)
         return answer.SerializeToString() if question == "model_config" else answer
 
     def check_health(self) -> None:
         """Serve restarts a replica whose model stopped serving (every worker down)."""
+        if self.failure is not None:
+            return  # it answers 503 with the reason; a restart would fail the same way
         model = self.repository.get(self.model)
         if model.unavailable_reason is not None:
             raise Unavailable(model.unavailable_reason)

@@ -42,6 +42,12 @@ def ingress(ray_cluster, example_repository, tmp_path_factory) -> Iterator[dict[
         shutil.copytree(example_repository / name, repository / name)
     config = repository / "simple" / "config.pbtxt"
     config.write_text(config.read_text() + "ray { num_replicas: 2 }\n")
+    # A model that cannot load: its deployment answers 503 with the reason, and the
+    # others serve.
+    shutil.copytree(example_repository / "simple", repository / "broken")
+    config = repository / "broken" / "config.pbtxt"
+    config.write_text(config.read_text().replace('"simple"', '"broken"'))
+    (repository / "broken" / "1" / "model.onnx").unlink()
     ports = {key: free_port() for key in ("http", "grpc", "metrics")}
     command = [
         sys.executable, "-m", "gateway", "ray", "serve", "--model-repository", str(repository),
@@ -80,7 +86,7 @@ def infer_simple(client, batch: int = 1):
 def test_health_metadata_and_inference(client):
     assert client.is_server_live() and client.is_server_ready()
     for name in MODELS:
-        assert client.is_model_ready(name), name
+        assert client.is_model_ready(name), name  # "broken" aside
     metadata = client.get_model_metadata("digits")
     platform = metadata["platform"] if isinstance(metadata, dict) else metadata.platform
     assert platform == "onnxruntime_onnx"
@@ -108,6 +114,32 @@ def test_bytes_and_a_python_model(client):
     tensor = client.module.InferInput("INPUT0", [1, 6], "FP32")
     tensor.set_data_from_numpy(values)
     np.testing.assert_array_equal(client.infer("py_identity", [tensor]).as_numpy("OUTPUT0"), values)
+
+
+def test_bad_input_is_the_replicas_400(client):
+    tensor = client.module.InferInput("INPUT0", [1, 8], "INT32")
+    tensor.set_data_from_numpy(np.zeros((1, 8), dtype=np.int32))
+    other = client.module.InferInput("INPUT1", [1, 8], "INT32")
+    other.set_data_from_numpy(np.zeros((1, 8), dtype=np.int32))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("simple", [tensor, other])
+    assert raised.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert "unexpected shape for input 'INPUT0'" in raised.value.message()
+
+
+def test_a_model_that_failed_to_load_answers_503_with_the_reason(client):
+    assert not client.is_model_ready("broken")
+    inputs = [client.module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.zeros((1, 16), dtype=np.int32))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("broken", inputs)
+    assert raised.value.status() in ("503", "StatusCode.UNAVAILABLE")
+    assert "failed to load 'broken'" in raised.value.message()
+    if client.module is httpclient:
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["broken"]["state"] == "UNAVAILABLE"
+        assert "failed to load" in index["broken"]["reason"]
 
 
 def test_unknown_models_and_management_are_refused(client):

@@ -55,6 +55,8 @@ def front(gateway, tmp_path_factory) -> GatewayProcess:
                 repository, f"{name}_{suffix}", [url], name, protocol, max_batch_size=8,
                 parameters=parameters,
             )  # fmt: skip
+    # No batch dimension of its own: a batch of 9 passes here and the remote refuses it.
+    write_remote(repository, "fp32_unbatched", [gateway.grpc_url], "identity_fp32")
     server = start_server(repository, log_dir=tmp_path_factory.mktemp("remote-front-logs"))
     yield server
     assert server.stop() == 0, server.log()
@@ -99,16 +101,44 @@ def test_metadata_and_config_come_from_the_remote(front):
     assert [t["name"] for t in config["output"]] == ["OUTPUT0"]
 
 
-def test_a_remote_error_is_the_requests_own(front):
-    """The remote's 400 reaches the client as a 400, naming what was wrong."""
+def test_a_remote_error_is_the_requests_own(front, gateway):
+    """The remote's 400 reaches the client as a 400, naming the remote and what was
+    wrong; the endpoint stays in, and the next request is served."""
     client = httpclient.InferenceServerClient(front.http_url)
-    data = np.zeros((9, 2), dtype=np.float32)  # over the remote's max_batch_size too
+    data = np.zeros((9, 2), dtype=np.float32)  # over the remote's max_batch_size of 8
     tensor = httpclient.InferInput("INPUT0", [9, 2], "FP32")
     tensor.set_data_from_numpy(data)
     with pytest.raises(InferenceServerException) as raised:
-        client.infer("identity_fp32_grpc", [tensor])
+        client.infer("fp32_unbatched", [tensor])
     assert raised.value.status() == "400"
+    assert f"remote grpc://{gateway.grpc_url}" in raised.value.message()
     assert "batch" in raised.value.message()
+    tensor = httpclient.InferInput("INPUT0", [2, 2], "FP32")
+    tensor.set_data_from_numpy(data[:2])
+    assert client.infer("fp32_unbatched", [tensor]).as_numpy("OUTPUT0").shape == (2, 2)
+
+
+def test_a_remote_answering_503_stays_in(server_factory, tmp_path):
+    """A remote's own 503 (its model unloaded) fails the request with a 503, and takes
+    nothing out: once the model is back there, the next request is served at once."""
+    back = tmp_path / "back"
+    simple.build(back)
+    remote = server_factory(back, "--model-control-mode", "explicit", "--load-model", "simple")
+    repository = tmp_path / "front"
+    write_remote(
+        repository, "simple", [remote.grpc_url], parameters={"health_interval_ms": "600000"}
+    )
+    front = server_factory(repository)
+    client = grpcclient.InferenceServerClient(front.grpc_url)
+    inputs, _ = simple_inputs(grpcclient)
+    client.infer("simple", inputs)
+    httpclient.InferenceServerClient(remote.http_url).unload_model("simple")
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("simple", inputs)
+    assert raised.value.status() == "StatusCode.UNAVAILABLE"
+    assert f"remote grpc://{remote.grpc_url}" in raised.value.message()
+    httpclient.InferenceServerClient(remote.http_url).load_model("simple")
+    client.infer("simple", inputs)  # no health check in between: it was never out
 
 
 # ---- remotes that go away ----------------------------------------------------------
@@ -166,7 +196,7 @@ def test_a_remote_killed_mid_load_fails_only_its_calls_then_comes_back(server_fa
     threads = 4
     result: dict[str, tuple] = {}
     loader = threading.Thread(
-        target=lambda: result.setdefault("run", _load(front.grpc_url, "simple", 6.0, threads))
+        target=lambda: result.setdefault("run", _load(front.grpc_url, "simple", 12.0, threads))
     )
     loader.start()
     time.sleep(1.5)
@@ -176,15 +206,18 @@ def test_a_remote_killed_mid_load_fails_only_its_calls_then_comes_back(server_fa
     killed_at = time.monotonic()
     time.sleep(1.5)
     restarted = _restart(remotes[1], back, tmp_path)
-    before = _executions(restarted, "simple")
+    # The restarted remote takes calls again once its health check passes, while the
+    # load goes on.
+    while loader.is_alive() and _executions(restarted, "simple") == 0:
+        time.sleep(0.2)
+    served_again = _executions(restarted, "simple")
     loader.join()
     answered, failures = result["run"]
     # Only calls out on the killed remote may fail: at most one per instance of the front.
     assert len(failures) <= 4, failures
     assert all(float(f.split(":")[0]) < killed_at + 0.5 for f in failures), failures
     assert len(answered) > 200
-    # The restarted remote takes calls again.
-    assert _executions(restarted, "simple") > before
+    assert served_again > 0
     restarted.stop()
 
 

@@ -35,9 +35,28 @@ def test_the_board_sums_replicas_and_counts_pending_only_from_fresh_posts(monkey
     board.post("b", Post("m", [stats("m", 4)], {("m", "1"): 2}))
     rows = {s.name: (s.success.count, pending) for s, pending in board.statistics()}
     assert rows == {"m": (6, 5), "member": (1, 0)}
-    assert board.replicas() == {"m": 2}
+    assert board.replicas() == {"m": (2, None)}
     assert board.replica_requests() == [("m", "a", 2), ("m", "b", 4)]
     # Replica b stops posting: its counters stay, its queue and its place go.
     board.posts["b"].posted = time.monotonic() - board_module.STALE_S - 1
     rows = {s.name: (s.success.count, pending) for s, pending in board.statistics()}
-    assert rows["m"] == (6, 3) and board.replicas() == {"m": 1}
+    assert rows["m"] == (6, 3) and board.replicas() == {"m": (1, None)}
+
+
+def test_a_long_gone_replica_is_folded_into_the_totals_and_not_counted_twice():
+    board = Board()
+    board.post("a", Post("m", [stats("m", 2)], {}))
+    board.post("b", Post("m", [stats("m", 4)], {}))
+    board.posts["b"].posted = time.monotonic() - board_module.RETIRE_S - 1
+    board.post("a", Post("m", [stats("m", 3)], {}))  # a's next post retires b
+    assert list(board.posts) == ["a"]
+    assert [(s.name, s.success.count) for s, _ in board.statistics()] == [("m", 7)]
+    board.post("b", Post("m", [stats("m", 5)], {}))  # b was only late: ignored
+    assert [(s.name, s.success.count) for s, _ in board.statistics()] == [("m", 7)]
+    assert board.replica_requests() == [("m", "a", 3)]
+
+
+def test_a_model_that_failed_to_load_says_why():
+    board = Board()
+    board.post("a", Post("m", [], {}, "failed to load 'm': no such file"))
+    assert board.replicas() == {"m": (1, "failed to load 'm': no such file")}
