@@ -28,6 +28,7 @@ from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.grpc.listener import GRPC_SERVERS
 from gateway.limits import ConnectionLimits
 from gateway.listeners import event_loop_factory
+from gateway.log_settings import FORMATS, LogSettings, parse_levels
 from gateway.placement import options as memory_options
 from gateway.ray import command as ray_command
 from gateway.repository import CONTROL_MODES
@@ -205,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--sagemaker-port", type=port, default=8080, help="default %(default)s")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-format", default="default", choices=FORMATS,
+                       help="text with local time (default), text with UTC ISO 8601 time, or "
+                       "one JSON object a line")  # fmt: skip
+    serve.add_argument("--log-levels", type=log_levels, default={}, metavar="COMPONENT=LEVEL,...",
+                       help="levels of parts of the server, e.g. gateway.http=debug,"
+                       "backends=warning (over --log-level)")  # fmt: skip
+    serve.add_argument("--access-log", action="store_true",
+                       help="log every inference request: model, status, duration")  # fmt: skip
     memory_options.add_arguments(serve)
     compile_command.add_parser(commands)
     compare_command.add_parser(commands)
@@ -212,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     health_command.add_parser(commands)
     ray_command.add_parser(commands)
     return parser
+
+
+def log_levels(text: str) -> dict[str, str]:
+    try:
+        return parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _default_repository() -> Path:
@@ -256,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)
         return 2
     options = _options(args, repository, tls)
+    options.log.apply()
     # Instance threads hand batches back to the event loop's thread: with Python's 5 ms
     # default, a thread that wants the GIL back may wait that long behind a busy loop.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
@@ -298,6 +315,8 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),
         workers=args.workers,
+        log=LogSettings(args.log_level, args.log_format, args.log_levels),
+        access_log=args.access_log,
         grpc_server=args.grpc_server,
     )
 

@@ -6,12 +6,15 @@ the HTTP and gRPC fronts only translate to and from their wire formats.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
 from accel_base.errors import (
+    GatewayError,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -21,6 +24,7 @@ from gateway import SERVER_NAME, __version__
 from gateway.decoupled import stream_responses
 from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
+from gateway.log_settings import LogSettings
 from gateway.model import ModelVersion
 from gateway.model_calls import ModelCalls
 from gateway.repository import ModelRepository
@@ -30,9 +34,12 @@ from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shared_memory_calls import SharedMemoryCalls
 from gateway.shedding import LoopShedder
 
+ACCESS = logging.getLogger("accel_gateway.access")
+
 # Only extensions this server implements in full are advertised.
 EXTENSIONS = (
     "binary_tensor_data",
+    "logging",
     "statistics",
     "model_configuration",
     "model_repository",
@@ -62,6 +69,8 @@ class InferenceCore(SharedMemoryCalls):
         self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
         # Python models call other models through the core, as a client would.
         self.model_calls = repository.model_calls = ModelCalls(self._model_call)
+        self.log_settings = LogSettings()  # the server's, set by gateway/server.py
+        self.access_log = False
 
     # ---- health and metadata ---------------------------------------------------------
 
@@ -113,10 +122,47 @@ class InferenceCore(SharedMemoryCalls):
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
         self.in_flight.enter()
+        if self.access_log:
+            return await self._logged(request)
         try:
             return await self._infer(request)
         finally:
             self.in_flight.leave()
+
+    async def _logged(self, request: InferRequest) -> InferResponse:
+        """infer() with its access-log line: model, version, request id, status, time."""
+        start, status = time.perf_counter(), 200
+        try:
+            return await self._infer(request)
+        except GatewayError as exc:
+            status = exc.http_status
+            raise
+        except BaseException:
+            status = 500
+            raise
+        finally:
+            self.in_flight.leave()
+            duration_ms = round((time.perf_counter() - start) * 1000, 3)
+            ACCESS.info(
+                "%s %s %s %d %.3f ms", request.model_name, request.model_version or "-",
+                request.id or "-", status, duration_ms,
+                extra={"model": request.model_name, "version": request.model_version,
+                       "request_id": request.id or None, "status": status,
+                       "duration_ms": duration_ms},
+            )  # fmt: skip
+
+    # ---- logging extension -------------------------------------------------------------
+
+    async def log_settings_dict(self) -> dict[str, Any]:
+        return self.log_settings.as_dict()
+
+    async def update_log_settings(
+        self, changes: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        """Change the server's logging (the admin token when one is configured)."""
+        self.check_token(token)
+        self.log_settings.update(changes)
+        return self.log_settings.as_dict()
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """A request on a gRPC stream: one response, or a decoupled model's many."""

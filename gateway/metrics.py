@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.gpu import GpuReading, read_gpus
+from gateway.histogram import render_histogram
 from gateway.placement.metrics import memory_families
 from gateway.repository import ModelRepository
 from gateway.routing.metrics import routing_families
@@ -180,6 +181,15 @@ def counter_families(models: list[Any]) -> list[str]:
         )
     )
     families.append(_batch_size_histogram(models))
+    families.append(
+        render_histogram(
+            "accel_gateway_request_duration_seconds",
+            "Seconds from a request's arrival at the model to its answer, failures included",
+            [({"model": m.name, "version": str(m.version)}, m.stats.duration_histogram)
+             for m in models],
+            _labels,
+        )
+    )  # fmt: skip
     return families
 
 

@@ -20,6 +20,7 @@ from gateway.fronts.supervisor import FrontSupervisor
 from gateway.http.sagemaker import create_sagemaker_app
 from gateway.limits import ConnectionLimits
 from gateway.listeners import Listeners, check_ports_free, listen, uvicorn_server
+from gateway.log_settings import LogSettings
 from gateway.metrics import create_metrics_app
 from gateway.placement.options import MemoryOptions
 from gateway.repository import ModelRepository
@@ -72,6 +73,10 @@ class ServerOptions:
     # Front processes serving HTTP and gRPC on the same ports (gateway/fronts); 1: this
     # process serves them itself.
     workers: int = 1
+    # Log format and levels, which the logging extension changes at run time.
+    log: LogSettings = field(default_factory=LogSettings)
+    # A line per inference request (model, status, duration) on accel_gateway.access.
+    access_log: bool = False
 
     def check(self) -> None:
         """Raise ConfigError for options that must not start a server."""
@@ -113,6 +118,8 @@ class Gateway:
             options.shed_lag_ms,
             options.server_name,
         )
+        self.core.log_settings = options.log
+        self.core.access_log = options.access_log
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
         self._shedding: asyncio.Task | None = None

@@ -7,8 +7,17 @@ happen on the event loop thread only, so plain integers need no lock.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.histogram import Histogram
+
+# Seconds: the bounds of the request-duration histogram (Prometheus percentiles).
+REQUEST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
+                   5.0, 10.0)  # fmt: skip
+# The same in nanoseconds: a request is counted without a float.
+_REQUEST_BOUNDS_NS = tuple(round(bound * 1e9) for bound in REQUEST_BUCKETS)
 
 
 @dataclass(slots=True)
@@ -48,16 +57,28 @@ class ModelStatistics:
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
     failure_reasons: dict[str, int] = field(default_factory=dict)
+    # Requests by duration, answered or failed: REQUEST_BUCKETS, one more for the rest.
+    durations: list[int] = field(default_factory=lambda: [0] * (len(REQUEST_BUCKETS) + 1))
 
     def record_success(self, request_ns: int, queue_ns: int) -> None:
         self.last_inference_ms = time.time_ns() // 1_000_000
         self.success.add(request_ns)
         self.queue.add(queue_ns)
+        self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += 1
 
     def record_failure(self, request_ns: int, reason: str) -> None:
         self.last_inference_ms = time.time_ns() // 1_000_000
         self.fail.add(request_ns)
         self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + 1
+        self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += 1
+
+    @property
+    def duration_histogram(self) -> Histogram:
+        """Request durations in seconds, for Prometheus (built when asked for)."""
+        histogram = Histogram(REQUEST_BUCKETS)
+        histogram.counts = list(self.durations)
+        histogram.sum = (self.success.ns + self.fail.ns) * 1e-9
+        return histogram
 
     def record_execution(
         self,
@@ -139,4 +160,5 @@ def merged(parts: list[ModelStatistics]) -> ModelStatistics:
                 getattr(into, name).add(getattr(batch, name).ns, getattr(batch, name).count)
         for reason, count in part.failure_reasons.items():
             total.failure_reasons[reason] = total.failure_reasons.get(reason, 0) + count
+        total.durations = [a + b for a, b in zip(total.durations, part.durations, strict=True)]
     return total

@@ -29,6 +29,7 @@ REMOTE_CALLS = frozenset(
     {
         "statistics", "repository_index", "model_ready", "check_model_ready",
         "model_metadata", "model_config", "load_model", "unload_model",
+        "log_settings_dict", "update_log_settings",
     }
 )  # fmt: skip
 

@@ -177,3 +177,12 @@ class RemoteCore(SharedMemoryCalls):
 
     async def unload_model(self, name: str, token: str | None) -> None:
         await self._call("unload_model", name, token)
+
+    async def log_settings_dict(self) -> dict[str, Any]:
+        """The model host's logging (the fronts log little of their own)."""
+        return await self._call("log_settings_dict")
+
+    async def update_log_settings(
+        self, changes: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        return await self._call("update_log_settings", changes, token)

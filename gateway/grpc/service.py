@@ -140,6 +140,24 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     @_rpc
+    async def LogSettings(self, request, context):
+        changes = {key: parameter_value(value) for key, value in request.settings.items()}
+        if changes:
+            settings = await self.core.update_log_settings(changes, _token(context))
+        else:
+            settings = await self.core.log_settings_dict()
+        response = pb.LogSettingsResponse()
+        for key, value in settings.items():
+            target = response.settings[key]
+            if isinstance(value, bool):
+                target.bool_param = value
+            elif isinstance(value, int):
+                target.uint32_param = value
+            else:
+                target.string_param = str(value)
+        return response
+
+    @_rpc
     async def ModelInfer(self, request, context):
         self.core.shedder.check()  # before decoding: a refusal must cost little
         infer_request = decode_request(request, self.core.shared_memory.input_array)

@@ -26,6 +26,9 @@ JSON = "application/json"
 SHM_BODY_LIMIT = 64 * 1024  # shared-memory calls carry a few fields, never tensors
 
 
+LOG_SETTINGS_BYTES = 64 * 1024  # a logging settings body is a handful of keys
+
+
 def json_response(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type=JSON)
 
@@ -93,6 +96,15 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     @app.get("/v2")
     async def server_metadata() -> Response:
         return json_response(core.server_metadata())
+
+    @app.get("/v2/logging")
+    async def log_settings() -> Response:
+        return json_response(await core.log_settings_dict())
+
+    @app.post("/v2/logging")
+    async def update_log_settings(request: Request) -> Response:
+        changes = await read_json(request, LOG_SETTINGS_BYTES)
+        return json_response(await core.update_log_settings(changes, bearer_token(request)))
 
     @app.get("/v2/models/stats")
     async def all_stats() -> Response:

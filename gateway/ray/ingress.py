@@ -19,6 +19,7 @@ from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
 from gateway.limits import ConnectionLimits
 from gateway.listeners import Listeners, listen, uvicorn_server
+from gateway.log_settings import LogSettings
 from gateway.metrics import CONTENT_TYPE, counter_families, family
 from gateway.ray.board import find_board
 from gateway.server import ServerOptions
@@ -28,7 +29,7 @@ from gateway.shedding import LoopShedder
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "parameters")
+EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "parameters", "logging")
 # Longest waits on a deployment: an infer without a deadline of its own (the replica's
 # admission refuses what cannot start in time, so this bounds a replica that hangs),
 # and a question (ready, metadata, config).
@@ -68,6 +69,7 @@ class RayCore(SharedMemoryCalls):
         self.in_flight = InFlight()
         self.shedder = LoopShedder(0.0, busy=lambda: False)
         self.shared_memory = SharedMemoryRegistry(enabled=False)
+        self.log_settings = LogSettings()
 
     def _handle(self, name: str) -> Any:
         handle = self.handles.get(name)
@@ -213,6 +215,17 @@ class RayCore(SharedMemoryCalls):
 
     async def unload_model(self, name: str, token: str | None) -> None:
         self.check_admin(token)
+
+    async def log_settings_dict(self) -> dict[str, Any]:
+        """The ingress replica's own logging (each model replica keeps its own)."""
+        return self.log_settings.as_dict()
+
+    async def update_log_settings(
+        self, changes: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        self.check_token(token)
+        self.log_settings.update(changes)
+        return self.log_settings.as_dict()
 
 
 class Ingress:

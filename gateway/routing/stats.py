@@ -8,9 +8,11 @@ from typing import Any
 
 from gateway.histogram import Histogram
 from gateway.routing.agreement import Agreement
+from gateway.statistics import REQUEST_BUCKETS
 
-# Seconds; the same bounds for every variant so that their histograms compare.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+# Seconds; the same bounds for every variant so that their histograms compare, and as
+# every model's request durations, so that a router's own are its variants' summed.
+LATENCY_BUCKETS = REQUEST_BUCKETS
 # A comparison's largest absolute difference, decade by decade.
 ERROR_BUCKETS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 

@@ -1,0 +1,153 @@
+"""The server's logging: its format (text or one JSON object a line), its levels (the
+whole server's, and per component), and Triton's logging extension, which reads and
+changes them at run time (`GET/POST v2/logging`, gRPC `LogSettings`).
+
+The extension's settings map onto Python's levels, which nest: the lowest of log_info,
+log_warning and log_error that is on sets the threshold, and a log_verbose_level above
+0 sets it at debug. log_format is "default" (text with the
+local time), "ISO8601" (text with UTC ISO 8601 time) or "json". log_file cannot be
+changed through the protocol: a client must not choose where the server writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from accel_base.errors import InvalidArgument
+
+FORMATS = ("default", "ISO8601", "json")
+_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Components whose level may be set on their own (--log-levels gateway.http=debug,...):
+# any logger name works; these are the ones the server's modules log under.
+COMPONENTS = ("accel_gateway", "gateway", "backends", "workers")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (UTC ISO 8601), level, logger, message, and the
+    request id and model where the record carries them (`extra=`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in ("request_id", "model", "version", "status", "duration_ms", "protocol"):
+            value = getattr(record, key, None)
+            if value is not None:
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class IsoFormatter(logging.Formatter):
+    converter = time.gmtime
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + (
+            f".{int(record.msecs):03d}Z"
+        )
+
+
+def formatter(name: str) -> logging.Formatter:
+    if name == "json":
+        return JsonFormatter()
+    return IsoFormatter(_TEXT) if name == "ISO8601" else logging.Formatter(_TEXT)
+
+
+def parse_levels(text: str) -> dict[str, str]:
+    """`gateway.http=debug,backends=warning` -> {logger: level}, checked."""
+    levels = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, equals, level = part.partition("=")
+        if not equals or not name or level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError(
+                f"'{part}' is not COMPONENT=LEVEL (LEVEL one of debug, info, warning, error; "
+                f"COMPONENT a logger such as {', '.join(COMPONENTS)}, or gateway.http)"
+            )
+        levels[name] = level.upper()
+    return levels
+
+
+class LogSettings:
+    """The settings as the extension shows them, applied to Python's root logger."""
+
+    def __init__(self, level: str = "info", log_format: str = "default",
+                 components: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.format = log_format
+        self.verbose = 1 if level.upper() == "DEBUG" else 0
+        number = logging.getLevelName(level.upper())
+        self.info = self.verbose > 0 or number <= logging.INFO
+        self.warning = self.info or number <= logging.WARNING
+        self.error = True
+        self.components = dict(components or {})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "log_file": "",
+            "log_info": self.info,
+            "log_warning": self.warning,
+            "log_error": self.error,
+            "log_verbose_level": self.verbose,
+            "log_format": self.format,
+        }
+
+    def level(self) -> int:
+        if self.verbose > 0:
+            return logging.DEBUG
+        if self.info:
+            return logging.INFO
+        if self.warning:
+            return logging.WARNING
+        return logging.ERROR if self.error else logging.CRITICAL
+
+    def update(self, changes: dict[str, Any]) -> None:
+        """Apply the extension's changes (all checked before any is applied)."""
+        checked: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key in ("log_info", "log_warning", "log_error"):
+                if not isinstance(value, bool):
+                    raise InvalidArgument(f"logging setting {key} must be true or false")
+            elif key == "log_verbose_level":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise InvalidArgument("logging setting log_verbose_level must be 0 or more")
+            elif key == "log_format":
+                if value not in FORMATS:
+                    raise InvalidArgument(
+                        f"logging setting log_format must be one of {', '.join(FORMATS)}"
+                    )
+            elif key == "log_file":
+                if value not in ("", None):
+                    raise InvalidArgument(
+                        "log_file cannot be changed through the protocol; the server logs to "
+                        "its standard error"
+                    )
+                continue
+            else:
+                raise InvalidArgument(
+                    f"unknown logging setting '{key}'; the settings are: "
+                    + ", ".join(self.as_dict())
+                )
+            checked[key] = value
+        for key, value in checked.items():
+            if key == "log_verbose_level":
+                self.verbose = value
+            elif key == "log_format":
+                self.format = value
+            else:
+                setattr(self, key.removeprefix("log_"), value)
+        self.apply()
+
+    def apply(self) -> None:
+        root = logging.getLogger()
+        root.setLevel(self.level())
+        for handler in root.handlers:
+            handler.setFormatter(formatter(self.format))
+        for name, level in self.components.items():
+            logging.getLogger(name).setLevel(level)

@@ -1,0 +1,84 @@
+"""Log settings: the logging extension's view of Python's levels, its checked changes,
+the formats, and per-component levels."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from accel_base.errors import InvalidArgument
+from gateway.log_settings import JsonFormatter, LogSettings, parse_levels
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    root = logging.getLogger()
+    level, formatters = root.level, [h.formatter for h in root.handlers]
+    yield
+    root.setLevel(level)
+    for handler, formatter in zip(root.handlers, formatters, strict=False):
+        handler.setFormatter(formatter)
+    logging.getLogger("gateway.http").setLevel(logging.NOTSET)
+
+
+def test_the_extension_shows_the_level_the_server_started_with():
+    assert LogSettings("info").as_dict() == {
+        "log_file": "", "log_info": True, "log_warning": True, "log_error": True,
+        "log_verbose_level": 0, "log_format": "default",
+    }  # fmt: skip
+    warning = LogSettings("warning").as_dict()
+    assert (warning["log_info"], warning["log_warning"]) == (False, True)
+    assert LogSettings("debug").as_dict()["log_verbose_level"] == 1
+
+
+def test_changes_set_python_levels_and_formats():
+    settings = LogSettings("info")
+    settings.update({"log_info": False})
+    assert logging.getLogger().level == logging.WARNING
+    settings.update({"log_verbose_level": 2, "log_format": "json"})
+    assert logging.getLogger().level == logging.DEBUG
+    assert settings.as_dict()["log_format"] == "json"
+    assert all(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"log_info": "yes"}, "log_info must be true or false"),
+        ({"log_verbose_level": -1}, "log_verbose_level must be 0 or more"),
+        ({"log_verbose_level": True}, "log_verbose_level must be 0 or more"),
+        ({"log_format": "xml"}, "log_format must be one of default, ISO8601, json"),
+        ({"log_file": "/etc/passwd"}, "log_file cannot be changed"),
+        ({"log_colour": True}, "unknown logging setting 'log_colour'"),
+    ],
+)
+def test_bad_changes_are_refused_and_nothing_is_applied(changes, words):
+    settings = LogSettings("info")
+    with pytest.raises(InvalidArgument) as raised:
+        settings.update({"log_warning": False, **changes})
+    assert words in raised.value.message
+    assert settings.as_dict()["log_warning"] is True
+
+
+def test_json_lines_carry_the_request_fields():
+    record = logging.LogRecord("accel_gateway.access", logging.INFO, __file__, 1, "%s done",
+                               ("m",), None)  # fmt: skip
+    record.model, record.status, record.request_id = "m", 200, "r1"
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "m done" and line["level"] == "INFO"
+    assert (line["model"], line["status"], line["request_id"]) == ("m", 200, "r1")
+    assert line["time"].endswith("Z")
+
+
+def test_component_levels():
+    assert parse_levels("gateway.http=debug, backends=WARNING") == {
+        "gateway.http": "DEBUG", "backends": "WARNING",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="is not COMPONENT=LEVEL"):
+        parse_levels("gateway.http")
+    with pytest.raises(ValueError, match="is not COMPONENT=LEVEL"):
+        parse_levels("gateway=loud")
+    LogSettings("info", components={"gateway.http": "DEBUG"}).apply()
+    assert logging.getLogger("gateway.http").level == logging.DEBUG
