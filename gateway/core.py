@@ -24,7 +24,7 @@ from gateway import SERVER_NAME, __version__
 from gateway.decoupled import stream_responses
 from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
-from gateway.log_settings import LogSettings
+from gateway.log_settings import LogSettings, LogSettingsCalls
 from gateway.model import ModelVersion
 from gateway.model_calls import ModelCalls
 from gateway.repository import ModelRepository
@@ -48,7 +48,7 @@ EXTENSIONS = (
 )
 
 
-class InferenceCore(SharedMemoryCalls):
+class InferenceCore(SharedMemoryCalls, LogSettingsCalls):
     def __init__(
         self,
         repository: ModelRepository,
@@ -150,19 +150,6 @@ class InferenceCore(SharedMemoryCalls):
                        "request_id": request.id or None, "status": status,
                        "duration_ms": duration_ms},
             )  # fmt: skip
-
-    # ---- logging extension -------------------------------------------------------------
-
-    async def log_settings_dict(self) -> dict[str, Any]:
-        return self.log_settings.as_dict()
-
-    async def update_log_settings(
-        self, changes: dict[str, Any], token: str | None
-    ) -> dict[str, Any]:
-        """Change the server's logging (the admin token when one is configured)."""
-        self.check_token(token)
-        self.log_settings.update(changes)
-        return self.log_settings.as_dict()
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """A request on a gRPC stream: one response, or a decoupled model's many."""

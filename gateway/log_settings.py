@@ -151,3 +151,23 @@ class LogSettings:
             handler.setFormatter(formatter(self.format))
         for name, level in self.components.items():
             logging.getLogger(name).setLevel(level)
+
+
+class LogSettingsCalls:
+    """The logging extension's calls, for a core with `log_settings` and `check_token`
+    (the admin token, when one is configured, guards changes)."""
+
+    log_settings: LogSettings
+
+    def check_token(self, token: str | None) -> None:
+        raise NotImplementedError
+
+    async def log_settings_dict(self) -> dict[str, Any]:
+        return self.log_settings.as_dict()
+
+    async def update_log_settings(
+        self, changes: dict[str, Any], token: str | None
+    ) -> dict[str, Any]:
+        self.check_token(token)
+        self.log_settings.update(changes)
+        return self.log_settings.as_dict()

@@ -19,7 +19,7 @@ from gateway.drain import InFlight
 from gateway.inference import InferRequest, InferResponse
 from gateway.limits import ConnectionLimits
 from gateway.listeners import Listeners, listen, uvicorn_server
-from gateway.log_settings import LogSettings
+from gateway.log_settings import LogSettings, LogSettingsCalls
 from gateway.metrics import CONTENT_TYPE, counter_families, family
 from gateway.ray.board import find_board
 from gateway.server import ServerOptions
@@ -57,8 +57,9 @@ class ModelView:
     pending: int
 
 
-class RayCore(SharedMemoryCalls):
-    """The InferenceCore the fronts call, with the models in their deployments."""
+class RayCore(SharedMemoryCalls, LogSettingsCalls):
+    """The InferenceCore the fronts call, with the models in their deployments. Its log
+    settings are the ingress replica's own (each model replica keeps its own)."""
 
     def __init__(self, handles: dict[str, Any], board: Any, admin_token: str | None) -> None:
         self.handles = handles
@@ -215,17 +216,6 @@ class RayCore(SharedMemoryCalls):
 
     async def unload_model(self, name: str, token: str | None) -> None:
         self.check_admin(token)
-
-    async def log_settings_dict(self) -> dict[str, Any]:
-        """The ingress replica's own logging (each model replica keeps its own)."""
-        return self.log_settings.as_dict()
-
-    async def update_log_settings(
-        self, changes: dict[str, Any], token: str | None
-    ) -> dict[str, Any]:
-        self.check_token(token)
-        self.log_settings.update(changes)
-        return self.log_settings.as_dict()
 
 
 class Ingress:
