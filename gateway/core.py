@@ -6,6 +6,7 @@ the HTTP and gRPC fronts only translate to and from their wire formats.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -137,6 +138,9 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls):
         except GatewayError as exc:
             status = exc.http_status
             raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away
+            raise
         except BaseException:
             status = 500
             raise
@@ -144,8 +148,9 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls):
             self.in_flight.leave()
             duration_ms = round((time.perf_counter() - start) * 1000, 3)
             ACCESS.info(
-                "%s %s %s %d %.3f ms", request.model_name, request.model_version or "-",
-                request.id or "-", status, duration_ms,
+                "%s %s %s %d %.3f ms", _printable(request.model_name),
+                _printable(request.model_version or "-"), _printable(request.id or "-"),
+                status, duration_ms,
                 extra={"model": request.model_name, "version": request.model_version,
                        "request_id": request.id or None, "status": status,
                        "duration_ms": duration_ms},
@@ -246,6 +251,12 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls):
     async def unload_model(self, name: str, token: str | None) -> None:
         self.check_admin(token)
         await self.repository.unload(name)
+
+
+def _printable(text: str) -> str:
+    """A client's text on one log line: control characters escaped, so that none can
+    start a line of its own."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def _statistics(model: Any) -> dict[str, Any]:

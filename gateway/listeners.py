@@ -67,6 +67,8 @@ def uvicorn_server(
         limit_concurrency=limits.max_connections,
         lifespan="off",
         access_log=False,
+        # uvicorn's messages go to the root logger, in the server's format (--log-format).
+        log_config=None,
         log_level="warning",
         timeout_keep_alive=limits.keep_alive_s,
         # Not behind a proxy by default, and per-response headers nobody reads cost time.

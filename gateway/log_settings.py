@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from accel_base.errors import InvalidArgument
+from accel_base.errors import InvalidArgument, PermissionDenied
 
 FORMATS = ("default", "ISO8601", "json")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -115,8 +115,10 @@ class LogSettings:
                 if not isinstance(value, bool):
                     raise InvalidArgument(f"logging setting {key} must be true or false")
             elif key == "log_verbose_level":
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise InvalidArgument("logging setting log_verbose_level must be 0 or more")
+                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+                    raise InvalidArgument(
+                        "logging setting log_verbose_level must be 0 or more (a 32-bit count)"
+                    )
             elif key == "log_format":
                 if value not in FORMATS:
                     raise InvalidArgument(
@@ -158,6 +160,9 @@ class LogSettingsCalls:
     (the admin token, when one is configured, guards changes)."""
 
     log_settings: LogSettings
+    # Set where changes are refused whatever the token (gateway/server.py: a server
+    # beyond loopback with no admin token), saying why.
+    log_changes_refused: str | None = None
 
     def check_token(self, token: str | None) -> None:
         raise NotImplementedError
@@ -168,6 +173,8 @@ class LogSettingsCalls:
     async def update_log_settings(
         self, changes: dict[str, Any], token: str | None
     ) -> dict[str, Any]:
+        if self.log_changes_refused is not None:
+            raise PermissionDenied(self.log_changes_refused)
         self.check_token(token)
         self.log_settings.update(changes)
         return self.log_settings.as_dict()

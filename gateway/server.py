@@ -29,6 +29,7 @@ from gateway.security import (
     ConfigError,
     TLSFiles,
     check_management_exposure,
+    is_loopback,
     management_enabled,
 )
 
@@ -120,6 +121,14 @@ class Gateway:
         )
         self.core.log_settings = options.log
         self.core.access_log = options.access_log
+        if options.access_log:  # its lines are INFO, whatever the server's level
+            logging.getLogger("accel_gateway.access").setLevel(logging.INFO)
+        if not (options.admin_token or options.allow_unauthenticated_management
+                or is_loopback(options.host)):  # fmt: skip
+            self.core.log_changes_refused = (
+                "changing the log settings of a server listening beyond loopback needs "
+                "its --admin-token (or --allow-unauthenticated-management)"
+            )
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
         self._shedding: asyncio.Task | None = None

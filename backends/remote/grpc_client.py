@@ -24,7 +24,8 @@ from backends.remote.settings import Endpoint, RemoteSettings
 # How grpc's own message begins when it had no connection to send on (nothing was sent).
 # Matched at the start only: a remote's answer may say anything in its details.
 _NOT_CONNECTED = "failed to connect to all addresses"
-# grpc's own words for a connection that broke under a call (which may have run).
+# How grpc's own message begins for a connection that broke under a call (which may
+# have run); at the start only, as above.
 _CONNECTION_LOST = ("socket closed", "connection reset", "broken pipe", "goaway",
                     "keepalive watchdog", "stream removed", "recvmsg", "sendmsg")  # fmt: skip
 
@@ -36,10 +37,12 @@ class GrpcClient:
         options = [
             ("grpc.max_receive_message_length", settings.max_message_bytes),
             ("grpc.max_send_message_length", -1),
-            # Back within a second of the remote's return, not grpc's default of up to 2 min.
+            # Back within a connect timeout or two of the remote's return, not grpc's
+            # default of up to 2 min.
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
+            # grpc takes this as a connection attempt's shortest deadline too.
+            ("grpc.min_reconnect_backoff_ms", round(settings.connect_timeout_s * 1000)),
+            ("grpc.max_reconnect_backoff_ms", max(1000, round(settings.connect_timeout_s * 1000))),
             # A remote that vanished without a reset is noticed within seconds, not at
             # the next call's deadline.
             ("grpc.keepalive_time_ms", 10_000),
@@ -70,9 +73,11 @@ class GrpcClient:
             if self._state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 raise NotSent(f"{self.endpoint}: its connection is failing (refused or reset)")
             waited = self._settings.connect_timeout_s
-            try:  # asks the channel to connect (an idle one does not by itself)
-                grpc.channel_ready_future(self._channel).result(timeout=waited)
+            ready = grpc.channel_ready_future(self._channel)  # an idle channel connects
+            try:
+                ready.result(timeout=waited)
             except grpc.FutureTimeoutError:
+                ready.cancel()  # else it stays subscribed to the channel
                 raise NotSent(f"{self.endpoint}: no connection within {waited:g} s") from None
         try:
             return getattr(self._stub, method)(request, timeout=timeout_s)
@@ -81,7 +86,7 @@ class GrpcClient:
             if code == grpc.StatusCode.UNAVAILABLE:
                 if details.lower().startswith(_NOT_CONNECTED):
                     raise NotSent(f"{self.endpoint}: {details}") from None
-                if any(words in details.lower() for words in _CONNECTION_LOST):
+                if details.lower().startswith(_CONNECTION_LOST):
                     raise Lost(f"{self.endpoint}: {details}") from None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # Slow, not gone: this request fails, the endpoint stays in.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
 import ssl
 import threading
@@ -29,21 +30,20 @@ MAX_IDLE = 32  # idle connections kept per endpoint; more are closed when return
 
 
 def _dropped(connection: http.client.HTTPConnection) -> bool:
-    """Whether an idle connection was closed (or sent something unasked) since its use."""
+    """Whether an idle connection was closed (or sent something unasked) since its use:
+    an idle connection with anything to read is at its end. poll(), not select(): it
+    takes descriptors past 1024; and a TLS socket may hold decrypted bytes poll cannot see."""
     sock = connection.sock
     if sock is None:
         return True
-    timeout = sock.gettimeout()
-    sock.settimeout(0)  # with a timeout, Python would wait for data before reading
-    try:
-        sock.recv(1, socket.MSG_PEEK)
-    except BlockingIOError:
-        return False  # nothing to read: still open, as an idle connection should be
-    except OSError:
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    finally:
-        sock.settimeout(timeout)
-    return True  # at its end (b""), or bytes nobody asked for
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 class HttpClient:

@@ -59,6 +59,7 @@ async def serve(fd: int) -> int:
     if kind != "hello":
         raise SystemExit(f"front: the host's first message was {kind!r}, not hello")
     options = pickle.loads(pickled)
+    options.log.apply()  # the server's format and levels
     core = RemoteCore(metadata, options.admin_token, options.shed_lag_ms)
     stop = asyncio.Event()  # the host says stop (the whole server drains)
     alone = asyncio.Event()  # a signal to this front only, as far as it knows

@@ -63,13 +63,15 @@ class Board:
             self._retired_replicas.add(replica)
 
     def replicas(self) -> dict[str, tuple[int, str | None]]:
-        """By deployment's model: its replicas that posted lately, and why its model
-        failed to load where one of them says so."""
+        """By deployment's model: its replicas that posted lately with the model loaded,
+        and why it failed to load where one of them says so (a model serves while any
+        replica has it, wherever another failed)."""
         now, found = time.monotonic(), {}
         for post in self.posts.values():
             if now - post.posted < STALE_S:
                 count, failure = found.get(post.model, (0, None))
-                found[post.model] = (count + 1, failure or post.failure)
+                healthy = post.failure is None
+                found[post.model] = (count + healthy, failure or post.failure)
         return found
 
     def replica_requests(self) -> list[tuple[str, str, int]]:

@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
         "metrics_port": args.metrics_port,
     }  # fmt: skip
     node_ip = ray.util.get_node_ip_address()
+    if f"node:{node_ip}" not in ray.cluster_resources():
+        raise SystemExit(
+            f"this machine ({node_ip}) is not a node of the Ray cluster at {args.address}; "
+            "run accel-gateway ray serve on a node of it, where the ingress will serve"
+        )
     app = application(args.model_repository.resolve(), options, args.ingress_replicas, node_ip)
     serve.run(app, name=APP_NAME, route_prefix=None, blocking=False)
     _wait_ready(f"http://{args.host}:{args.http_port}/v2/health/ready", args.timeout)

@@ -29,7 +29,8 @@ from gateway.shedding import LoopShedder
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "parameters", "logging")
+# "logging" is left out: a change would reach the one ingress replica that took the call.
+EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "parameters")
 # Longest waits on a deployment: an infer without a deadline of its own (the replica's
 # admission refuses what cannot start in time, so this bounds a replica that hangs),
 # and a question (ready, metadata, config).
@@ -144,15 +145,24 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         return await self._wait(name, call, ASK_WAIT_S)
 
     async def _board(self, method: str) -> Any:
-        """Ask the board; looked up again once if it was restarted meanwhile."""
+        """Ask the board, within ASK_WAIT_S; looked up again once if it was restarted."""
         import ray
         import ray.exceptions
 
-        try:
-            return await getattr(self.board, method).remote()
-        except ray.exceptions.RayError:
-            self.board = find_board(ray)
-            return await getattr(self.board, method).remote()
+        for attempt in (1, 2):
+            try:
+                return await asyncio.wait_for(getattr(self.board, method).remote(), ASK_WAIT_S)
+            except TimeoutError:
+                raise Unavailable(
+                    f"the statistics board did not answer in {ASK_WAIT_S:g} s"
+                ) from None
+            except ray.exceptions.RayError as exc:
+                if attempt == 2:
+                    raise Unavailable(f"the statistics board is not reachable: {exc}") from None
+                try:
+                    self.board = find_board(ray)
+                except ValueError:  # gone: `ray shutdown` removed it
+                    raise Unavailable("the statistics board is gone") from None
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         if name not in self.handles:
@@ -195,11 +205,11 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         rows = []
         for name in sorted(self.handles):
             count, failure = replicas.get(name, (0, None))
-            ready = count > 0 and failure is None
+            ready = count > 0
             if ready_only and not ready:
                 continue
-            reason = failure or (
-                f"{count} replica(s) reporting" if count else "no replica has reported"
+            reason = (
+                f"{count} replica(s) reporting" if count else (failure or "no replica has reported")
             )
             rows.append({"name": name, "state": "READY" if ready else "UNAVAILABLE",
                          "reason": reason})  # fmt: skip

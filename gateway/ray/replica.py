@@ -52,7 +52,10 @@ class ModelReplica:
             config = read_config(Path(repository) / model)
             await self.repository.load(model, one_instance(config_to_json(config)))
         except GatewayError as exc:
-            self.failure = f"failed to load '{model}': {exc.message}"
+            prefix = f"failed to load '{model}'"
+            self.failure = (
+                exc.message if exc.message.startswith(prefix) else f"{prefix}: {exc.message}"
+            )
             log.error("%s", self.failure)
         self.core.started = True
         self._replica = serve.get_replica_context().replica_id.unique_id

@@ -94,7 +94,11 @@ class RouterModel:
         for variant in self.variant_stats.values():
             stats.success.add(variant.success_ns, variant.requests - variant.failures)
             stats.fail.add(variant.failure_ns, variant.failures)
-            stats.durations = [a + b for a, b in zip(stats.durations, variant.counts, strict=True)]
+            stats.durations = [
+                a + b + c
+                for a, b, c in zip(stats.durations, variant.counts, variant.failure_counts,
+                                   strict=True)
+            ]  # fmt: skip
         stats.queue.add(0, stats.success.count)  # a router queues nothing itself
         if stats.fail.count:
             stats.failure_reasons["OTHER"] = stats.fail.count

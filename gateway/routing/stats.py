@@ -33,6 +33,9 @@ class VariantStats:
     failure_ns: int = 0  # the failed ones'
     last_ns: int = 0  # time.monotonic_ns() when the latest request started
     counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    # The failed requests' durations, in the same buckets (the router's own histogram
+    # counts failures too; `latency` shows the answered ones).
+    failure_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
 
     def record_success(self, start_ns: int, end_ns: int) -> None:
         """An answered request, from time.monotonic_ns() at its start and end."""
@@ -44,9 +47,11 @@ class VariantStats:
         self.counts[bisect_left(_LATENCY_BOUNDS_NS, elapsed)] += 1
 
     def record_failure(self, start_ns: int, end_ns: int) -> None:
+        elapsed = end_ns - start_ns
         self.requests += 1
         self.failures += 1
-        self.failure_ns += end_ns - start_ns
+        self.failure_ns += elapsed
+        self.failure_counts[bisect_left(_LATENCY_BOUNDS_NS, elapsed)] += 1
         if start_ns > self.last_ns:
             self.last_ns = start_ns
 

@@ -82,3 +82,25 @@ def test_component_levels():
         parse_levels("gateway=loud")
     LogSettings("info", components={"gateway.http": "DEBUG"}).apply()
     assert logging.getLogger("gateway.http").level == logging.DEBUG
+
+
+def test_changes_are_refused_where_the_server_says_so_and_need_the_token():
+    import asyncio
+
+    from accel_base.errors import PermissionDenied
+    from gateway.log_settings import LogSettingsCalls
+    from gateway.shared_memory_calls import SharedMemoryCalls
+
+    class Core(SharedMemoryCalls, LogSettingsCalls):
+        admin_token = "t"
+        log_settings = LogSettings("info")
+
+    core = Core()
+    with pytest.raises(PermissionDenied):
+        asyncio.run(core.update_log_settings({"log_info": True}, None))
+    assert asyncio.run(core.update_log_settings({"log_info": True}, "t"))["log_info"]
+    core.log_changes_refused = "beyond loopback without a token"
+    with pytest.raises(PermissionDenied, match="beyond loopback"):
+        asyncio.run(core.update_log_settings({"log_info": True}, "t"))
+    with pytest.raises(InvalidArgument, match="32-bit"):
+        LogSettings().update({"log_verbose_level": 2**32})

@@ -56,7 +56,9 @@ def test_a_long_gone_replica_is_folded_into_the_totals_and_not_counted_twice():
     assert board.replica_requests() == [("m", "a", 3)]
 
 
-def test_a_model_that_failed_to_load_says_why():
+def test_a_model_that_failed_to_load_says_why_and_serves_where_it_loaded():
     board = Board()
     board.post("a", Post("m", [], {}, "failed to load 'm': no such file"))
+    assert board.replicas() == {"m": (0, "failed to load 'm': no such file")}
+    board.post("b", Post("m", [stats("m", 1)], {}))
     assert board.replicas() == {"m": (1, "failed to load 'm': no such file")}
