@@ -161,6 +161,15 @@ def _paths() -> dict[str, Schema]:
         OPENAPI_PATH: _get(
             "This document", {"description": "OpenAPI 3.1", "content": _json({"type": "object"})}
         ),
+        "/v2/logging": {
+            **_get("The logging settings", _answer("The settings.", "LogSettings")),
+            **_post(
+                "Change logging settings (the admin token when one is set)",
+                _answer("The settings after the change.", "LogSettings"),
+                ref("LogSettings"),
+                *post_errors,
+            ),
+        },
         "/v2/models/stats": _get(
             "Statistics of every ready model", _answer("One entry per version.", "ModelStatistics")
         ),

@@ -206,6 +206,18 @@ SCHEMAS: dict[str, Schema] = {
             },
         },
     },
+    "LogSettings": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "log_file": {"type": "string", "description": "Always empty: standard error."},
+            "log_info": {"type": "boolean"},
+            "log_warning": {"type": "boolean"},
+            "log_error": {"type": "boolean"},
+            "log_verbose_level": {"type": "integer", "minimum": 0, "maximum": 4294967295},
+            "log_format": {"enum": ["default", "ISO8601", "json"]},
+        },
+    },
     "SystemSharedMemoryStatus": {"type": "array", "items": _SHM_REGION},
     "CudaSharedMemoryStatus": {"type": "array", "maxItems": 0},
 }
