@@ -40,12 +40,11 @@ class Board:
 
     def __init__(self) -> None:
         self.posts: dict[str, Post] = {}
-        self.retired: dict[tuple[str, str], ModelStatistics] = {}
-        self._retired_replicas: set[str] = set()
+        # Per replica retired, its last post: folded into the totals when asked for.
+        self.retired: dict[str, Post] = {}
 
     def post(self, replica: str, post: Post) -> None:
-        if replica in self._retired_replicas:
-            return  # its counters are in the retired totals already
+        self.retired.pop(replica, None)  # back: its new counters hold the old ones
         post.posted = time.monotonic()
         self.posts[replica] = post
         self._retire()
@@ -55,12 +54,9 @@ class Board:
         for replica, post in list(self.posts.items()):
             if now - post.posted < RETIRE_S:
                 continue
-            for stats in post.stats:
-                key = (stats.name, stats.version)
-                previous = [self.retired[key]] if key in self.retired else []
-                self.retired[key] = merged([*previous, stats])
+            # Only its counters are kept; the post itself may grow no more.
+            self.retired[replica] = Post(post.model, post.stats, {}, post.failure)
             del self.posts[replica]
-            self._retired_replicas.add(replica)
 
     def replicas(self) -> dict[str, tuple[int, str | None]]:
         """By deployment's model: its replicas that posted lately with the model loaded,
@@ -87,7 +83,10 @@ class Board:
         """Every model version's counters summed over the replicas, and its requests
         pending at the replicas that posted lately."""
         now = time.monotonic()
-        parts = {key: [stats] for key, stats in self.retired.items()}
+        parts: dict[tuple[str, str], list[ModelStatistics]] = {}
+        for post in self.retired.values():
+            for stats in post.stats:
+                parts.setdefault((stats.name, stats.version), []).append(stats)
         pending: dict[tuple[str, str], int] = {}
         for post in self.posts.values():
             for stats in post.stats:

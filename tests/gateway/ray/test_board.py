@@ -49,11 +49,13 @@ def test_a_long_gone_replica_is_folded_into_the_totals_and_not_counted_twice():
     board.post("b", Post("m", [stats("m", 4)], {}))
     board.posts["b"].posted = time.monotonic() - board_module.RETIRE_S - 1
     board.post("a", Post("m", [stats("m", 3)], {}))  # a's next post retires b
-    assert list(board.posts) == ["a"]
-    assert [(s.name, s.success.count) for s, _ in board.statistics()] == [("m", 7)]
-    board.post("b", Post("m", [stats("m", 5)], {}))  # b was only late: ignored
+    assert list(board.posts) == ["a"] and board.replicas() == {"m": (1, None)}
     assert [(s.name, s.success.count) for s, _ in board.statistics()] == [("m", 7)]
     assert board.replica_requests() == [("m", "a", 3)]
+    # b was only stalled: taken back, its new counters (which hold the old) replace them.
+    board.post("b", Post("m", [stats("m", 5)], {}))
+    assert [(s.name, s.success.count) for s, _ in board.statistics()] == [("m", 8)]
+    assert board.replicas() == {"m": (2, None)}
 
 
 def test_a_model_that_failed_to_load_says_why_and_serves_where_it_loaded():
