@@ -145,14 +145,7 @@ def merged(parts: list[ModelStatistics]) -> ModelStatistics:
         total.last_inference_ms = max(total.last_inference_ms, part.last_inference_ms)
         total.inference_count += part.inference_count
         total.execution_count += part.execution_count
-        for name in (
-            "success",
-            "fail",
-            "queue",
-            "compute_input",
-            "compute_infer",
-            "compute_output",
-        ):
+        for name in _DURATIONS:
             getattr(total, name).add(getattr(part, name).ns, getattr(part, name).count)
         for size, batch in part.batches.items():
             into = total.batches.setdefault(size, BatchStats())

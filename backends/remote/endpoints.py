@@ -71,18 +71,14 @@ class EndpointPool:
 
     def _choose(self, tried: list[Endpoint]) -> Endpoint:
         with self._lock:
-            count = len(self.endpoints)
-            candidates = [
-                self.endpoints[(self._next + i) % count]
-                for i in range(count)
-                if self.endpoints[(self._next + i) % count] not in tried
-            ]
-            healthy = [e for e in candidates if e.down_reason is None]
+            # From the one after the last chosen, so that idle endpoints take turns.
+            order = self.endpoints[self._next :] + self.endpoints[: self._next]
+            healthy = [e for e in order if e not in tried and e.down_reason is None]
             if not healthy:
                 raise self.unavailable()
             chosen = min(healthy, key=lambda e: e.outstanding)
             chosen.outstanding += 1
-            self._next = (self.endpoints.index(chosen) + 1) % count
+            self._next = (self.endpoints.index(chosen) + 1) % len(self.endpoints)
             return chosen
 
     @contextmanager

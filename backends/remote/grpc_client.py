@@ -7,7 +7,6 @@ remote coming back.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import grpc
@@ -55,21 +54,16 @@ class GrpcClient:
         else:
             self._channel = grpc.insecure_channel(endpoint.address, options)
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
-        self._connected = threading.Event()
         self._state = grpc.ChannelConnectivity.IDLE
         self._channel.subscribe(self._on_state, try_to_connect=True)
 
     def _on_state(self, state: grpc.ChannelConnectivity) -> None:
         self._state = state
-        if state == grpc.ChannelConnectivity.READY:
-            self._connected.set()
-        else:
-            self._connected.clear()
 
     def _call(self, method: str, request: Any, timeout_s: float) -> Any:
         # A call would wait out its whole deadline for a connection that is not coming:
         # at most connect_timeout_s here, and then it was never sent.
-        if not self._connected.is_set():
+        if self._state != grpc.ChannelConnectivity.READY:
             if self._state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 raise NotSent(f"{self.endpoint}: its connection is failing (refused or reset)")
             waited = self._settings.connect_timeout_s
