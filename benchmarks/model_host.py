@@ -1,0 +1,147 @@
+"""The model host's capacity: requests a second that one host process answers for `simple`
+when its fronts cost nothing. N front processes together serve at most this (issue 15).
+
+    .venv/bin/python -m benchmarks.model_host [--host-core 0] [--feeder-cores 1] [--feeders 1]
+        [--window 128] [--seconds 5] [--batching]
+
+The host (this process, on --host-core) runs the gateway's own repository, InferenceCore,
+FrontLink and Channel, as `--workers N` does. Feeder processes on --feeder-cores, one a
+channel, stand in for the fronts: together they keep --window requests outstanding, as
+already-encoded "infer" messages, and send a new one for each answer, the answers of one
+read together (as a front gathers one turn's requests). Printed: the host's answers per
+second, against the in-process floor (ONNX Runtime at batch 1 on the host core) measured in
+the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.perf import pin_to
+from benchmarks.serving_simple import in_process_floor
+from gateway.core import InferenceCore
+from gateway.fronts import wire
+from gateway.fronts.channel import Channel
+from gateway.fronts.host import FrontLink
+from gateway.inference import InferRequest, Tensor
+from gateway.listeners import event_loop_factory
+from gateway.repository import ModelRepository
+from models import simple
+from models.config_text import DynamicBatching
+
+WARMUP_S = 1.0
+
+
+def infer_message(call: int) -> bytes:
+    inputs = [
+        Tensor("INPUT0", "INT32", np.arange(16, dtype=np.int32).reshape(1, 16)),
+        Tensor("INPUT1", "INT32", np.ones((1, 16), dtype=np.int32)),
+    ]
+    message, arena = wire.request_message(call, InferRequest("simple", inputs=inputs), None)
+    assert arena is None  # 128 bytes travel inline
+    return wire.encode(message)
+
+
+def feed(fd: int, window: int, seconds: float) -> None:
+    """The feeder process: keep `window` requests outstanding for WARMUP_S + `seconds`;
+    print the answers counted after the warm-up and the seconds they took."""
+    import socket
+
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    buffer = bytearray(wire.MAX_MESSAGE_BYTES)
+    calls = itertools.count()
+    sock.send(wire.join([infer_message(next(calls)) for _ in range(window)]))
+    start = time.perf_counter()
+    counted, mark, errors = 0, None, 0
+    while True:
+        message, arena = wire.receive(sock, buffer)
+        answers = message if type(message) is list else [message]
+        errors += sum(1 for answer in answers if answer[0] != "answer")
+        now = time.perf_counter()
+        if mark is None and now - start >= WARMUP_S:
+            mark = now
+        elif mark is not None:
+            counted += len(answers)
+            if now - mark >= seconds:
+                break
+        sock.send(wire.join([infer_message(next(calls)) for _ in answers]))
+    print(counted, now - mark, errors, flush=True)
+    sock.close()
+
+
+async def serve(repository_path: Path, host_ends: list) -> None:
+    repository = ModelRepository(repository_path)
+    await repository.load_startup_models([])
+    core = InferenceCore(repository)
+    open_channels = len(host_ends)
+    closed = asyncio.Event()
+
+    def on_close() -> None:
+        nonlocal open_channels
+        open_channels -= 1
+        if not open_channels:
+            closed.set()
+
+    for index, host_end in enumerate(host_ends):
+        link = FrontLink(index, core)
+        link.attach(Channel(host_end, link.on_message, on_close))
+    await closed.wait()
+    await repository.unload_all()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host-core", type=int, default=0)
+    parser.add_argument("--feeder-cores", default="1", help="taskset list for the feeders")
+    parser.add_argument("--feeders", type=int, default=1, help="channels, as --workers N has")
+    parser.add_argument("--window", type=int, default=128)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--batching", action="store_true", help="dynamic batching on `simple`")
+    parser.add_argument("--feed-fd", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.feed_fd is not None:
+        feed(args.feed_fd, args.window, args.seconds)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        repository = Path(tmp) / "repository"
+        batching = DynamicBatching() if args.batching else None
+        simple.build(repository, batching=batching)
+        floor = in_process_floor(repository, args.host_core)
+        host_ends, feeders = [], []
+        for _ in range(args.feeders):
+            host_end, front_end = wire.channel_pair()
+            feeders.append(subprocess.Popen(
+                ["taskset", "-c", args.feeder_cores, sys.executable, "-m",
+                 "benchmarks.model_host", "--feed-fd", str(front_end.fileno()),
+                 "--window", str(max(1, args.window // args.feeders)),
+                 "--seconds", str(args.seconds)],
+                pass_fds=[front_end.fileno()], stdout=subprocess.PIPE, text=True,
+            ))  # fmt: skip
+            front_end.close()
+            host_ends.append(host_end)
+        pin_to(args.host_core)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(serve(repository, host_ends))
+        reports = [f.communicate(timeout=60)[0].split() for f in feeders]
+    rate = sum(int(counted) / float(elapsed) for counted, elapsed, _ in reports)
+    errors = sum(int(e) for _, _, e in reports)
+    print(f"\nfloor: ONNX Runtime in-process, batch 1: {floor:,.0f} /s")
+    print(f"model host on core {args.host_core}, {args.feeders} channel(s), window "
+          f"{args.window}, batching {'on' if args.batching else 'off'}: {rate:,.0f} answers/s "
+          f"({rate / floor:.3f} x floor, {1e6 / rate:.1f} us each), {errors} errors")  # fmt: skip
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
