@@ -41,6 +41,7 @@ from gateway.security import (
     tls_files,
 )
 from gateway.server import Gateway, ServerOptions
+from gateway.tracing.tracer import Tracing, parse_trace_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -214,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "backends=warning (over --log-level)")  # fmt: skip
     serve.add_argument("--access-log", action="store_true",
                        help="log every inference request: model, status, duration")  # fmt: skip
+    serve.add_argument("--trace-config", action="append", default=[], metavar="[MODE,]KEY=VALUE",
+                       help="OpenTelemetry tracing, as Triton's: level=TIMESTAMPS, rate=100 "
+                       "(1 of 100 requests), count=-1, opentelemetry,url=HOST:4318/v1/traces, "
+                       "opentelemetry,resource=KEY=VALUE; off by default")  # fmt: skip
     memory_options.add_arguments(serve)
     compile_command.add_parser(commands)
     compare_command.add_parser(commands)
@@ -258,20 +263,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Checked before the example repository is built, so a mistake costs no wait.
         tls = tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)
+        tracing = Tracing(*parse_trace_config(args.trace_config))
         check_management_exposure(
             args.host,
             args.admin_token,
             management_enabled(args.model_control_mode, args.allow_shared_memory),
             args.allow_unauthenticated_management,
         )
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:
         print(f"accel-gateway: {exc}", file=sys.stderr)
         return 2
     repository = args.model_repository or _default_repository()
     if not repository.is_dir():
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)
         return 2
-    options = _options(args, repository, tls)
+    options = _options(args, repository, tls, tracing)
     options.log.apply()
     # Instance threads hand batches back to the event loop's thread: with Python's 5 ms
     # default, a thread that wants the GIL back may wait that long behind a busy loop.
@@ -288,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -> ServerOptions:
+def _options(
+    args: argparse.Namespace, repository: Path, tls: TLSFiles | None, tracing: Tracing
+) -> ServerOptions:
     return ServerOptions(
         model_repository=repository,
         host=args.host,
@@ -317,6 +325,7 @@ def _options(args: argparse.Namespace, repository: Path, tls: TLSFiles | None) -
         workers=args.workers,
         log=LogSettings(args.log_level, args.log_format, args.log_levels),
         access_log=args.access_log,
+        tracing=tracing,
         grpc_server=args.grpc_server,
     )
 

@@ -34,6 +34,8 @@ from gateway.scheduling.execution import worker_settings
 from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shared_memory_calls import SharedMemoryCalls
 from gateway.shedding import LoopShedder
+from gateway.tracing.calls import TraceSettingsCalls
+from gateway.tracing.tracer import Tracing
 
 ACCESS = logging.getLogger("accel_gateway.access")
 
@@ -46,10 +48,11 @@ EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
     "parameters",
+    "trace",
 )
 
 
-class InferenceCore(SharedMemoryCalls, LogSettingsCalls):
+class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
     def __init__(
         self,
         repository: ModelRepository,
@@ -71,6 +74,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls):
         # Python models call other models through the core, as a client would.
         self.model_calls = repository.model_calls = ModelCalls(self._model_call)
         self.log_settings = LogSettings()  # the server's, set by gateway/server.py
+        self.tracing = Tracing()  # off until its settings say otherwise
         self.access_log = False
 
     # ---- health and metadata ---------------------------------------------------------

@@ -55,6 +55,8 @@ class InferRequest:
     # For a decoupled model: (the stream token its responses go to, the output names it
     # asked for); set by gateway/decoupled.py.
     stream: tuple[str, list[str]] | None = None
+    # A sampled request's spans (gateway/tracing/spans.py RequestTrace); None, the rule.
+    trace: Any = None
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from gateway.security import (
     is_loopback,
     management_enabled,
 )
+from gateway.tracing.tracer import Tracing
 
 log = logging.getLogger("accel_gateway")
 
@@ -78,6 +79,8 @@ class ServerOptions:
     log: LogSettings = field(default_factory=LogSettings)
     # A line per inference request (model, status, duration) on accel_gateway.access.
     access_log: bool = False
+    # OpenTelemetry tracing (--trace-config; the trace extension changes it at run time).
+    tracing: Tracing = field(default_factory=Tracing)
 
     def check(self) -> None:
         """Raise ConfigError for options that must not start a server."""
@@ -121,6 +124,7 @@ class Gateway:
         )
         self.core.log_settings = options.log
         self.core.access_log = options.access_log
+        self.core.tracing = options.tracing
         if options.access_log:  # its lines are INFO, whatever the server's level
             logging.getLogger("accel_gateway.access").setLevel(logging.INFO)
         if not (options.admin_token or options.allow_unauthenticated_management
@@ -128,6 +132,9 @@ class Gateway:
             self.core.log_changes_refused = (
                 "changing the log settings of a server listening beyond loopback needs "
                 "its --admin-token (or --allow-unauthenticated-management)"
+            )
+            self.core.trace_changes_refused = self.core.log_changes_refused.replace(
+                "log settings", "trace settings"
             )
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
@@ -257,6 +264,8 @@ class Gateway:
             self._shedding.cancel()
         await self.repository.unload_all()
         await self.core.model_calls.close()
+        # The exporter's last batch, off the loop (its own timeout bounds it).
+        await asyncio.to_thread(self.core.tracing.shutdown)
         log.info("accel-gateway stopped")
 
     async def _set_serving(self, serving: bool) -> None:

@@ -134,6 +134,7 @@ class EnsembleModel:
             outputs=[RequestedOutput(name, {}) for name in step.outputs],
             client_gone=request.client_gone,
             deadline=request.deadline,
+            trace=request.trace,  # each step's queue and batch join the caller's trace
         )
         try:
             model = await self.resolve(step.model, step.version)

@@ -15,12 +15,14 @@ import logging
 import operator
 import pickle
 import sys
+import time
 from typing import Any
 
 from accel_base.errors import GatewayError, Internal
 from gateway.core import InferenceCore
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
+from gateway.tracing.tracer import traced
 from workers.arena import Arena
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,8 @@ REMOTE_CALLS = frozenset(
     {
         "statistics", "repository_index", "model_ready", "check_model_ready",
         "model_metadata", "model_config", "load_model", "unload_model",
-        "log_settings_dict", "update_log_settings",
+        "log_settings_dict", "update_log_settings", "trace_settings_dict",
+        "update_trace_settings",
     }
 )  # fmt: skip
 
@@ -80,13 +83,24 @@ class FrontLink:
     async def _infer(self, message: tuple, arena: Arena | None) -> None:
         call = message[1]
         channel, gone, active = self.channel, self._gone, self._active
+        tracing = self.core.tracing
+        # The front's part is not in the trace: it starts where the host takes the request.
+        started = time.perf_counter_ns() if tracing.settings.enabled else 0
         try:
             # The host's own loop may be the one running late (--shed-lag-ms).
             self.core.shedder.check()
             request = wire.request_of(message, arena)
             request.client_gone = functools.partial(operator.contains, gone, call)
-            response = await self.core.infer(request)
-            reply, reply_arena = wire.answer_message(call, response)
+            trace = tracing.start(request, "front", started, request.header) if started else None
+            if trace is None:
+                response = await self.core.infer(request)
+                reply, reply_arena = wire.answer_message(call, response)
+            else:
+                _, (reply, reply_arena) = await traced(
+                    trace,
+                    self.core.infer(request),
+                    lambda answer: wire.answer_message(call, answer),
+                )
         except GatewayError as exc:
             reply, reply_arena = wire.error_message(call, exc), None
         except Exception as exc:  # noqa: BLE001 - the front's caller gets it as a 500

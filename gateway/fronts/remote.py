@@ -23,6 +23,7 @@ from gateway.inference import InferRequest, InferResponse
 from gateway.shared_memory import SharedMemoryRegistry
 from gateway.shared_memory_calls import SharedMemoryCalls
 from gateway.shedding import LoopShedder
+from gateway.tracing.tracer import Tracing
 from workers.arena import Arena
 
 CLIENT_CHECK_S = 0.05  # how often waiting calls' clients are checked
@@ -51,6 +52,9 @@ class RemoteCore(SharedMemoryCalls):
         self._probes: dict[int, Callable[[], bool]] = {}
         self._watcher: asyncio.Task | None = None
         self.on_control: Any = None  # (message) -> None for "serving" and "stop"
+        # Off here for good: the host traces the requests (its settings are the ones the
+        # trace extension reads and changes).
+        self.tracing = Tracing()
 
     # ---- the channel -------------------------------------------------------------------
 
@@ -186,3 +190,11 @@ class RemoteCore(SharedMemoryCalls):
         self, changes: dict[str, Any], token: str | None
     ) -> dict[str, Any]:
         return await self._call("update_log_settings", changes, token)
+
+    async def trace_settings_dict(self, model: str = "") -> dict[str, Any]:
+        return await self._call("trace_settings_dict", model)
+
+    async def update_trace_settings(
+        self, changes: dict[str, Any], model: str, token: str | None
+    ) -> dict[str, Any]:
+        return await self._call("update_trace_settings", changes, model, token)

@@ -19,6 +19,7 @@ from accel_base.proto import grpc_service_pb2 as pb
 from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.core import InferenceCore
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
+from gateway.tracing.tracer import traced
 
 log = logging.getLogger(__name__)
 
@@ -158,14 +159,40 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
     @_rpc
+    async def TraceSetting(self, request, context):
+        # An empty value clears a model's setting; one value is a string, more a list.
+        changes = {
+            key: (None if not value.value else list(value.value) if len(value.value) > 1
+                  or key == "trace_level" else value.value[0])
+            for key, value in request.settings.items()
+        }  # fmt: skip
+        if changes:
+            settings = await self.core.update_trace_settings(
+                changes, request.model_name, _token(context)
+            )
+        else:
+            settings = await self.core.trace_settings_dict(request.model_name)
+        response = pb.TraceSettingResponse()
+        for key, value in settings.items():
+            response.settings[key].value.extend(value if isinstance(value, list) else [value])
+        return response
+
+    @_rpc
     async def ModelInfer(self, request, context):
         self.core.shedder.check()  # before decoding: a refusal must cost little
+        tracing = self.core.tracing
+        started = time.perf_counter_ns() if tracing.settings.enabled else 0
         infer_request = decode_request(request, self.core.shared_memory.input_array)
         infer_request.header = _Metadata(context)
         remaining = context.time_remaining()  # None without a deadline
         if remaining is not None:
             infer_request.deadline = time.monotonic() + remaining
-        return encode_response(await self.core.infer(infer_request))
+        trace = (
+            tracing.start(infer_request, "grpc", started, infer_request.header) if started else None
+        )
+        if trace is None:
+            return encode_response(await self.core.infer(infer_request))
+        return (await traced(trace, self.core.infer(infer_request), encode_response))[1]
 
     async def ModelStreamInfer(
         self, request_iterator, context
@@ -191,18 +218,28 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         tasks: set[asyncio.Task] = set()
 
         async def answer(message: pb.ModelInferRequest) -> None:
+            trace, last = None, None
             try:
+                started = time.perf_counter_ns() if self.core.tracing.settings.enabled else 0
                 request = decode_request(message, self.core.shared_memory.input_array)
                 request.header = _Metadata(context)
+                if started:  # each request of a stream is traced as a unary call would be
+                    trace = self.core.tracing.start(request, "grpc", started, request.header)
                 async for item in self.core.infer_stream(request):
                     if isinstance(item, GatewayError):  # a decoupled model's error response
                         await results.put(_stream_error(item.message, message))
                         continue
-                    encoded = encode_response(item)
+                    encoded, last = encode_response(item), item
                     await results.put(pb.ModelStreamInferResponse(infer_response=encoded))
+                if trace is not None:
+                    trace.finish(time.perf_counter_ns(), last)
             except GatewayError as exc:
+                if trace is not None:
+                    trace.finish(time.perf_counter_ns(), error=exc)
                 await results.put(_stream_error(exc.message, message))
             except Exception as exc:
+                if trace is not None:
+                    trace.finish(time.perf_counter_ns(), error=exc)
                 log.exception("unexpected error in ModelStreamInfer")
                 await results.put(
                     _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)

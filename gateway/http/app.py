@@ -26,7 +26,7 @@ JSON = "application/json"
 SHM_BODY_LIMIT = 64 * 1024  # shared-memory calls carry a few fields, never tensors
 
 
-LOG_SETTINGS_BYTES = 64 * 1024  # a logging settings body is a handful of keys
+LOG_SETTINGS_BYTES = 64 * 1024  # a logging or trace settings body is a handful of keys
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -105,6 +105,17 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
     async def update_log_settings(request: Request) -> Response:
         changes = await read_json(request, LOG_SETTINGS_BYTES)
         return json_response(await core.update_log_settings(changes, bearer_token(request)))
+
+    @app.get("/v2/trace/setting")
+    @app.get("/v2/models/{name}/trace/setting")
+    async def trace_settings(name: str = "") -> Response:
+        return json_response(await core.trace_settings_dict(name))
+
+    @app.post("/v2/trace/setting")
+    @app.post("/v2/models/{name}/trace/setting")
+    async def update_trace_settings(request: Request, name: str = "") -> Response:
+        changes = await read_json(request, LOG_SETTINGS_BYTES)
+        return json_response(await core.update_trace_settings(changes, name, bearer_token(request)))
 
     @app.get("/v2/models/stats")
     async def all_stats() -> Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
 from gateway.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
+from gateway.tracing.tracer import traced
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ async def serve_infer(
 ) -> None:
     """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
     core.shedder.check()  # before the body is read: a refusal must cost little
+    started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
     headers = dict(scope["headers"])
     body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
     encoding = headers.get(b"content-encoding")
@@ -99,8 +102,14 @@ async def serve_infer(
     )
     request.client_gone = disconnect_probe(receive)
     request.header = _Headers(headers)
-    response = await core.infer(request)
-    payload, json_length = encode_response(response, request)
+    trace = core.tracing.start(request, "http", started, request.header) if started else None
+    if trace is None:
+        response = await core.infer(request)
+        payload, json_length = encode_response(response, request)
+    else:
+        response, (payload, json_length) = await traced(
+            trace, core.infer(request), lambda answer: encode_response(answer, request)
+        )
     reply_headers = []
     variant = response.parameters.get(VARIANT_PARAMETER)
     if variant is not None:  # a router answered: which of its variants did

@@ -154,6 +154,18 @@ def _paths() -> dict[str, Schema]:
             "responses": {"501": _error("CUDA shared memory is not supported by this server.")},
         }
     }
+    trace_get = (_answer("The settings in force.", "TraceSettings"), ("404", _NOT_FOUND))
+    trace_post = (
+        _answer("The settings after the change.", "TraceSettings"),
+        ref("TraceSettingsChange"),
+        *post_errors,
+        ("404", _NOT_FOUND),
+    )
+    trace = {
+        **_get("The server's trace settings", *trace_get),
+        **_post("Change the server's trace settings (the admin token when one is set)",
+                *trace_post),
+    }  # fmt: skip
     return {
         "/v2/health/live": _get("Is the server live", _OK, no),
         "/v2/health/ready": _get("Is the server ready", _OK, no),
@@ -170,6 +182,14 @@ def _paths() -> dict[str, Schema]:
                 *post_errors,
             ),
         },
+        "/v2/trace/setting": trace,
+        "/v2/models/{name}/trace/setting": _with_params(
+            {
+                **_get("A model's trace settings", *trace_get),
+                **_post("Change a model's trace settings (null clears one)", *trace_post),
+            },
+            [_NAME],
+        ),
         "/v2/models/stats": _get(
             "Statistics of every ready model", _answer("One entry per version.", "ModelStatistics")
         ),

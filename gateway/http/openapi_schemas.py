@@ -218,6 +218,33 @@ SCHEMAS: dict[str, Schema] = {
             "log_format": {"enum": ["default", "ISO8601", "json"]},
         },
     },
+    "TraceSettings": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "trace_level": {
+                "type": "array",
+                "items": {"enum": ["OFF", "TIMESTAMPS", "TENSORS"]},
+            },
+            "trace_rate": {"type": "string", "description": "1 of every N requests is traced."},
+            "trace_count": {"type": "string", "description": "Traces left; -1: no limit."},
+            "log_frequency": {"type": "string"},
+            "trace_file": {"const": "", "description": "Always empty: spans go over OTLP."},
+            "trace_mode": {"const": "opentelemetry"},
+        },
+    },
+    "TraceSettingsChange": {
+        "type": "object",
+        "description": "Settings to change; a model's setting given null is cleared.",
+        "additionalProperties": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "integer"},
+                {"type": "null"},
+                {"type": "array", "items": {"type": "string"}},
+            ]
+        },
+    },
     "SystemSharedMemoryStatus": {"type": "array", "items": _SHM_REGION},
     "CudaSharedMemoryStatus": {"type": "array", "maxItems": 0},
 }

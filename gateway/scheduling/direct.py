@@ -106,4 +106,10 @@ class DirectScheduler:
             max(batch_size, 1), 1, ran - queued - infer_ns, infer_ns, done - ran
         )
         self.stats.record_success(done - start, queued - start)
+        trace = request.trace
+        if trace is not None:
+            trace.batch_ran(
+                [trace], [start], self.rules.model, self.stats.version, max(batch_size, 1),
+                max(batch_size, 1), queued, infer_ns, ran, done,
+            )  # fmt: skip
         return response

@@ -82,6 +82,7 @@ class DynamicBatcher:
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
+        self._traced = False  # a traced request has come: batches look for their traces
 
     @property
     def pending(self) -> int:
@@ -116,6 +117,8 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         pending.future = loop.create_future()
         pending.context = _Context(request, start, deadline=deadline)
+        if request.trace is not None:
+            self._traced = True
         previous, done = self._last_done, None
         if self.preserve_ordering:
             done = self._last_done = loop.create_future()
@@ -326,6 +329,17 @@ class DynamicBatcher:
                 pending.future.set_result(part)
                 queue_ns = start - context.start_ns
                 self.stats.record_success(done - context.start_ns, queue_ns)
+        if self._traced:
+            self._trace_batch(requests, rows, padded_rows, start, infer_ns, ran, done)
+
+    def _trace_batch(self, requests: list[Pending], rows: int, padded_rows: int, *times: int):
+        traced = [p.context for p in requests if p.context.request.trace is not None]
+        if traced:
+            traces = [c.request.trace for c in traced]
+            traces[0].batch_ran(
+                traces, [c.start_ns for c in traced], self.rules.model, self.stats.version,
+                rows, padded_rows, *times,
+            )  # fmt: skip
 
     async def close(self) -> None:
         if self._driver is not None:

@@ -1,0 +1,198 @@
+"""The server's tracing: its settings, and the OpenTelemetry tracer that is made the first
+time a request is traced, exporting over OTLP/HTTP.
+
+Where spans go: `--trace-config opentelemetry,url=...` when given, else what
+OpenTelemetry's environment variables say (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+OTEL_EXPORTER_OTLP_ENDPOINT, their headers and timeouts; OTEL_SERVICE_NAME and
+OTEL_RESOURCE_ATTRIBUTES for the resource; OTEL_BSP_* for the batching), else
+http://localhost:4318/v1/traces. Spans leave on the SDK's own thread, in batches, from a
+bounded queue (a full one drops spans, never delays a request).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gateway.inference import InferRequest
+from gateway.tracing.settings import TraceSettings
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "accel-gateway"
+TRACE_HEADERS = ("traceparent", "tracestate")
+R = TypeVar("R")
+E = TypeVar("E")
+
+
+@dataclass
+class ExporterConfig:
+    """The `opentelemetry,...` part of --trace-config."""
+
+    url: str | None = None  # None: OpenTelemetry's environment variables decide
+    resource: dict[str, str] = field(default_factory=dict)
+    batch: dict[str, int] = field(default_factory=dict)  # BatchSpanProcessor's arguments
+
+
+class Tracing:
+    def __init__(
+        self,
+        settings: TraceSettings | None = None,
+        exporter: ExporterConfig | None = None,
+        provider: Any = None,
+    ) -> None:
+        """`provider`: an OpenTelemetry TracerProvider to use instead of the OTLP one (a
+        program that embeds the gateway, or a test with an in-memory exporter)."""
+        self.settings = settings or TraceSettings()
+        self.exporter = exporter or ExporterConfig()
+        self._provider = provider
+        self._owned = provider is None  # shut down here only if made here
+        self._tracer: Any = None
+
+    def start(
+        self,
+        request: InferRequest,
+        protocol: str,
+        started_ns: int,
+        header: Callable[[str], str | None] | None,
+    ) -> Any:
+        """A RequestTrace for `request` (also set as request.trace) when the settings
+        sample it, else None. `header` looks up the caller's traceparent."""
+        model = request.model_name
+        if not self.settings.sample(model):
+            return None
+        from gateway.tracing.spans import RequestTrace
+
+        carrier = None
+        if header is not None:
+            carrier = {name: value for name in TRACE_HEADERS if (value := header(name))}
+        trace = RequestTrace(
+            self._tracer or self._make_tracer(), request, protocol, started_ns, carrier,
+            self.settings.tensors(model),
+        )  # fmt: skip
+        request.trace = trace
+        return trace
+
+    def _make_tracer(self) -> Any:
+        if self._provider is None:
+            self._provider = _otlp_provider(self.exporter)
+        self._tracer = self._provider.get_tracer("accel_gateway")
+        return self._tracer
+
+    def shutdown(self) -> None:
+        """Send what is still queued (bounded by the exporter's own timeout)."""
+        if self._owned and self._provider is not None:
+            started = time.monotonic()
+            self._provider.shutdown()
+            log.debug("tracing shut down in %.3f s", time.monotonic() - started)
+
+
+async def traced(trace: Any, answer: Awaitable[R], encode: Callable[[R], E]) -> tuple[R, E]:
+    """Await a traced request's answer and encode it; its trace ends with the encoding
+    (or with the failure)."""
+    try:
+        response = await answer
+        encoded = encode(response)
+    except BaseException as exc:
+        trace.finish(time.perf_counter_ns(), error=exc)
+        raise
+    trace.finish(time.perf_counter_ns(), response)
+    return response, encoded
+
+
+def _otlp_provider(config: ExporterConfig) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from gateway import __version__
+
+    resource = Resource.create(
+        {"service.name": SERVICE_NAME, "service.version": __version__, **config.resource}
+    )
+    provider = TracerProvider(resource=resource)
+    exporter = OTLPSpanExporter(endpoint=config.url) if config.url else OTLPSpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter, **config.batch))
+    log.info("tracing: spans go over OTLP/HTTP to %s", config.url or "the OTEL_* endpoint")
+    return provider
+
+
+def parse_trace_config(values: list[str]) -> tuple[TraceSettings, ExporterConfig]:
+    """Triton's --trace-config: `SETTING=VALUE` for level, rate, count, mode and
+    log-frequency, `opentelemetry,SETTING=VALUE` for url, resource and the batch span
+    processor's bsp_max_queue_size, bsp_schedule_delay and bsp_max_export_batch_size.
+    ValueError saying what is wrong."""
+    levels: list[str] = []
+    numbers = {"rate": 1000, "count": -1, "log_frequency": 0}
+    exporter = ExporterConfig()
+    batch_keys = {
+        "bsp_max_queue_size": "max_queue_size",
+        "bsp_schedule_delay": "schedule_delay_millis",
+        "bsp_max_export_batch_size": "max_export_batch_size",
+    }
+    for value in values:
+        mode, comma, rest = value.partition(",")
+        if not comma:
+            mode, rest = "", value
+        key, equals, setting = rest.partition("=")
+        key = key.strip().replace("-", "_")
+        if not equals or not key:
+            raise ValueError(f"--trace-config '{value}' is not [MODE,]SETTING=VALUE")
+        if mode == "triton":
+            raise ValueError(
+                "--trace-config triton,... writes Triton's trace file, which this server "
+                "does not: it exports OpenTelemetry spans (--trace-config opentelemetry,url=...)"
+            )
+        if mode not in ("", "opentelemetry"):
+            raise ValueError(f"--trace-config mode '{mode}' is not opentelemetry")
+        if mode == "opentelemetry":
+            if key == "url":
+                exporter.url = setting if "://" in setting else f"http://{setting}"
+            elif key == "resource":
+                name, has, attribute = setting.partition("=")
+                if not has or not name:
+                    raise ValueError(f"--trace-config {value}: a resource is KEY=VALUE")
+                exporter.resource[name] = attribute
+            elif key in batch_keys:
+                exporter.batch[batch_keys[key]] = _positive(value, setting)
+            else:
+                raise ValueError(
+                    f"--trace-config {value}: opentelemetry takes url, resource, "
+                    f"{', '.join(batch_keys)}"
+                )
+        elif key == "level":
+            levels.append(setting)
+        elif key in numbers:
+            try:
+                numbers[key] = int(setting)
+            except ValueError:
+                raise ValueError(f"--trace-config {value}: {key} must be an integer") from None
+        elif key == "mode":
+            if setting != "opentelemetry":
+                raise ValueError(f"--trace-config mode={setting}: only opentelemetry is served")
+        else:
+            raise ValueError(
+                f"--trace-config {value}: the settings are level, rate, count, mode, "
+                "log-frequency, and opentelemetry,url/resource/bsp_*"
+            )
+    try:
+        settings = TraceSettings(
+            tuple(levels) or ("OFF",), numbers["rate"], numbers["count"], numbers["log_frequency"]
+        )
+    except Exception as exc:  # InvalidArgument: the same words fit the command line
+        raise ValueError(f"--trace-config: {exc}") from None
+    return settings, exporter
+
+
+def _positive(value: str, setting: str) -> int:
+    try:
+        number = int(setting)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"--trace-config {value}: must be a positive integer")
+    return number
