@@ -147,6 +147,11 @@ class Gateway:
     async def start(self) -> None:
         options = self.options
         options.check()
+        if self.core.tracing.settings.enabled:  # a bad exporter setting stops the start
+            try:
+                await asyncio.to_thread(self.core.tracing.prepare)
+            except Exception as exc:
+                raise ConfigError(f"--trace-config: tracing cannot start: {exc}") from None
         # ConfigError here, before any port is bound, if the TLS files are unusable.
         context = options.tls.ssl_context() if options.tls else None
         # Bind every port before starting anything, so a port in use is one clear error.

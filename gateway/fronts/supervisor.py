@@ -117,7 +117,7 @@ class FrontSupervisor:
                 return
             try:
                 self._launch(front)
-            except OSError as exc:  # out of processes or descriptors: try again later
+            except Exception as exc:  # out of processes or descriptors: try again later
                 log.error("front %d could not start: %s", front.link.index, exc)
                 continue
             front.restarts += 1

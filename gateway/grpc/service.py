@@ -218,7 +218,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         tasks: set[asyncio.Task] = set()
 
         async def answer(message: pb.ModelInferRequest) -> None:
-            trace, last = None, None
+            trace, last, failure = None, None, None
             try:
                 started = time.perf_counter_ns() if self.core.tracing.settings.enabled else 0
                 request = decode_request(message, self.core.shared_memory.input_array)
@@ -231,21 +231,22 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                         continue
                     encoded, last = encode_response(item), item
                     await results.put(pb.ModelStreamInferResponse(infer_response=encoded))
-                if trace is not None:
-                    trace.finish(time.perf_counter_ns(), last)
             except GatewayError as exc:
-                if trace is not None:
-                    trace.finish(time.perf_counter_ns(), error=exc)
+                failure = exc
                 await results.put(_stream_error(exc.message, message))
             except Exception as exc:
-                if trace is not None:
-                    trace.finish(time.perf_counter_ns(), error=exc)
+                failure = exc
                 log.exception("unexpected error in ModelStreamInfer")
                 await results.put(
                     _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
                 )
+            except BaseException as exc:  # the stream was cancelled: its trace still ends
+                failure = exc
+                raise
             finally:
                 slots.release()
+                if trace is not None:
+                    trace.finish(time.perf_counter_ns(), last, failure)
 
         async def read() -> None:
             try:

@@ -24,8 +24,9 @@ from gateway.metrics import CONTENT_TYPE, counter_families, family
 from gateway.ray.board import find_board
 from gateway.server import ServerOptions
 from gateway.shared_memory import SharedMemoryRegistry
-from gateway.shared_memory_calls import SharedMemoryCalls
+from gateway.shared_memory_calls import SharedMemoryCalls, Unimplemented
 from gateway.shedding import LoopShedder
+from gateway.tracing.tracer import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         self.shedder = LoopShedder(0.0, busy=lambda: False)
         self.shared_memory = SharedMemoryRegistry(enabled=False)
         self.log_settings = LogSettings()
+        self.tracing = Tracing()  # off: not served through the ingress (see trace_settings_dict)
 
     def _handle(self, name: str) -> Any:
         handle = self.handles.get(name)
@@ -90,6 +92,15 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    async def trace_settings_dict(self, model: str = "") -> dict[str, Any]:
+        raise Unimplemented(
+            "tracing is not served through the Ray ingress: its requests run in model "
+            "replicas that keep no trace settings; serve with `accel-gateway serve` to trace"
+        )
+
+    async def update_trace_settings(self, changes: Any, model: str, token: Any) -> Any:
+        return await self.trace_settings_dict(model)
 
     async def _wait(self, name: str, call: Any, wait_s: float) -> Any:
         """A deployment's answer, with Ray's own failures as the client's 503s and the

@@ -334,7 +334,9 @@ class DynamicBatcher:
 
     def _trace_batch(self, requests: list[Pending], rows: int, padded_rows: int, *times: int):
         traced = [p.context for p in requests if p.context.request.trace is not None]
-        if traced:
+        if not traced:  # tracing went off: batches stop looking until a trace comes again
+            self._traced = False
+        else:
             traces = [c.request.trace for c in traced]
             traces[0].batch_ran(
                 traces, [c.start_ns for c in traced], self.rules.model, self.stats.version,

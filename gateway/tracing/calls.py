@@ -4,9 +4,10 @@ extension's, and are refused beyond loopback without one."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from accel_base.errors import NotFound, PermissionDenied
+from accel_base.errors import NotFound, PermissionDenied, Unavailable
 from gateway.tracing.tracer import Tracing
 
 
@@ -36,4 +37,23 @@ class TraceSettingsCalls:
             raise PermissionDenied(self.trace_changes_refused)
         self.check_token(token)
         self._check_known(model)
-        return self.tracing.settings.update(changes, model)
+        tracing = self.tracing
+        if not tracing.ready and _may_turn_on(changes):
+            try:  # imports and resource detection: not on the event loop
+                await asyncio.to_thread(tracing.prepare)
+            except Exception as exc:
+                raise Unavailable(
+                    f"tracing cannot start ({type(exc).__name__}: {exc}); check "
+                    "--trace-config and the OTEL_* variables; the settings are unchanged"
+                ) from None
+        return tracing.settings.update(changes, model)
+
+
+def _may_turn_on(changes: Any) -> bool:
+    """Whether a change may start tracing: a level other than OFF, or a new count."""
+    if not isinstance(changes, dict):
+        return False
+    level = changes.get("trace_level")
+    levels = [level] if isinstance(level, str) else level or []
+    count = changes.get("trace_count")
+    return any(str(v).upper() != "OFF" for v in levels) or count not in (None, 0, "0", ["0"])

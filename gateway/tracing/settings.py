@@ -12,7 +12,8 @@ gRPC `TraceSetting`).
     trace_mode     always "opentelemetry"
 
 A model's settings override the server's, one by one; setting one to null (an empty
-value over gRPC) clears the override. `enabled` is False while nothing can be traced: the
+value over gRPC) clears the override, and clears a server setting back to its value at
+start. `enabled` is False while nothing can be traced: the
 only cost a request pays then is reading it.
 """
 
@@ -103,6 +104,7 @@ class TraceSettings:
              "trace_count": _number("trace_count", count),
              "log_frequency": _number("log_frequency", log_frequency)}
         )  # fmt: skip
+        self.startup = dict(self.server.values)  # what clearing a server setting restores
         self.models: dict[str, _Scope] = {}
         self.enabled = False
         self._refresh()
@@ -126,22 +128,21 @@ class TraceSettings:
             raise InvalidArgument(f"trace settings must be an object, got {changes!r}")
         parsed: dict[str, Any] = {}
         for key, value in changes.items():
-            if value is None or value == []:
-                if not model and key not in _FIXED:
-                    raise InvalidArgument(
-                        f"the server's {key} cannot be cleared, only a model's; give a value"
-                    )
-                parsed[key] = None
-            else:
-                parsed[key] = checked(key, value)
+            if key not in KEYS:
+                raise InvalidArgument(
+                    f"unknown trace setting {key!r}; the settings are {', '.join(KEYS)}"
+                )
+            parsed[key] = None if value is None or value == [] else checked(key, value)
         target = self.server if not model else self.models.setdefault(model, _Scope({}))
         for key, value in parsed.items():
             if key in _FIXED:
                 continue
-            if value is None:
-                target.values.pop(key, None)
-            else:
+            if value is not None:
                 target.values[key] = value
+            elif model:  # a model's cleared setting falls back to the server's
+                target.values.pop(key, None)
+            else:  # the server's goes back to what it started with
+                target.values[key] = self.startup[key]
             if key == "trace_rate":
                 target.seen = 0
         if model and not target.values:

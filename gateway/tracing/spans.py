@@ -16,6 +16,7 @@ Imported only once something is traced: this is where OpenTelemetry comes in.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,8 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from gateway.inference import InferRequest
 
+log = logging.getLogger(__name__)
+
 
 def _clock_offset() -> int:
     """Nanoseconds from perf_counter_ns to the epoch time OpenTelemetry wants."""
@@ -33,7 +36,7 @@ def _clock_offset() -> int:
 
 
 class RequestTrace:
-    __slots__ = ("tracer", "span", "context", "offset", "tensors", "answered_ns")
+    __slots__ = ("tracer", "span", "context", "offset", "tensors", "answered_ns", "ended")
 
     def __init__(
         self,
@@ -48,6 +51,7 @@ class RequestTrace:
         self.offset = _clock_offset()
         self.tensors = tensors
         self.answered_ns = 0  # when the scheduler answered (0: it never did)
+        self.ended = False
         parent = extract(carrier) if carrier else None
         attributes: dict[str, Any] = {
             "model.name": request.model_name,
@@ -86,7 +90,17 @@ class RequestTrace:
         )
 
     def finish(self, encoded_ns: int, response: Any = None, error: BaseException | None = None):
-        """End the request's span (and its response span) once the front has its reply."""
+        """End the request's span (and its response span) once the front has its reply.
+        Tracing never fails a request: a failure here is logged, and the span dropped."""
+        try:
+            self._finish(encoded_ns, response, error)
+        except Exception:
+            log.exception("tracing: a request's spans could not be ended")
+
+    def _finish(self, encoded_ns: int, response: Any, error: BaseException | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
         end = encoded_ns + self.offset
         if error is not None:
             self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
@@ -115,7 +129,28 @@ class RequestTrace:
     ) -> None:
         """Spans for one batch and the traced requests it served (`accepted_ns`: when the
         scheduler took each of them). The batch span hangs under the first request's span and
-        links to every one."""
+        links to every one. A failure is logged, never raised into the batch."""
+        try:
+            RequestTrace._batch_ran(
+                traces, accepted_ns, model, version, rows, padded_rows, started_ns, run_ns,
+                ran_ns, done_ns,
+            )  # fmt: skip
+        except Exception:
+            log.exception("tracing: the spans of a batch of model '%s' were lost", model)
+
+    @staticmethod
+    def _batch_ran(
+        traces: Sequence[RequestTrace],
+        accepted_ns: Sequence[int],
+        model: str,
+        version: str,
+        rows: int,
+        padded_rows: int,
+        started_ns: int,
+        run_ns: int,
+        ran_ns: int,
+        done_ns: int,
+    ) -> None:
         first = traces[0]
         attributes = {
             "model.name": model, "model.version": version, "batch.size": rows,

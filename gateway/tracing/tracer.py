@@ -50,7 +50,29 @@ class Tracing:
         self.exporter = exporter or ExporterConfig()
         self._provider = provider
         self._owned = provider is None  # shut down here only if made here
-        self._tracer: Any = None
+        self._tracer: Any = provider.get_tracer("accel_gateway") if provider else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A front process gets the settings (it traces nothing itself), never the provider,
+        which holds locks and the exporter's thread."""
+        return {"settings": self.settings, "exporter": self.exporter}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"], state["exporter"])
+
+    @property
+    def ready(self) -> bool:
+        return self._tracer is not None
+
+    def prepare(self) -> None:
+        """Make the tracer and its exporter (slow: imports, and resource detection); off
+        the event loop, before anything is traced. Raises what the SDK says of a bad
+        setting (ValueError), so that a server or a settings change can refuse it."""
+        if self._tracer is not None:
+            return
+        if self._provider is None:
+            self._provider = _otlp_provider(self.exporter)
+        self._tracer = self._provider.get_tracer("accel_gateway")
 
     def start(
         self,
@@ -60,27 +82,25 @@ class Tracing:
         header: Callable[[str], str | None] | None,
     ) -> Any:
         """A RequestTrace for `request` (also set as request.trace) when the settings
-        sample it, else None. `header` looks up the caller's traceparent."""
+        sample it, else None. `header` looks up the caller's traceparent. Tracing never
+        fails a request: a trace that cannot start is logged, and the request goes on."""
         model = request.model_name
-        if not self.settings.sample(model):
+        if self._tracer is None or not self.settings.sample(model):
             return None
-        from gateway.tracing.spans import RequestTrace
+        try:
+            from gateway.tracing.spans import RequestTrace
 
-        carrier = None
-        if header is not None:
-            carrier = {name: value for name in TRACE_HEADERS if (value := header(name))}
-        trace = RequestTrace(
-            self._tracer or self._make_tracer(), request, protocol, started_ns, carrier,
-            self.settings.tensors(model),
-        )  # fmt: skip
+            carrier = None
+            if header is not None:
+                carrier = {name: value for name in TRACE_HEADERS if (value := header(name))}
+            trace = RequestTrace(
+                self._tracer, request, protocol, started_ns, carrier, self.settings.tensors(model)
+            )
+        except Exception:
+            log.exception("tracing: a trace of model '%s' could not start", model)
+            return None
         request.trace = trace
         return trace
-
-    def _make_tracer(self) -> Any:
-        if self._provider is None:
-            self._provider = _otlp_provider(self.exporter)
-        self._tracer = self._provider.get_tracer("accel_gateway")
-        return self._tracer
 
     def shutdown(self) -> None:
         """Send what is still queued (bounded by the exporter's own timeout)."""
@@ -111,9 +131,15 @@ def _otlp_provider(config: ExporterConfig) -> Any:
 
     from gateway import __version__
 
-    resource = Resource.create(
-        {"service.name": SERVICE_NAME, "service.version": __version__, **config.resource}
-    )
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the gateway's own defaults;
+    # --trace-config's resource wins over both.
+    detected = Resource.create(config.resource)
+    defaults = {"service.version": __version__}
+    if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
+        defaults["service.name"] = SERVICE_NAME
+    resource = Resource(defaults).merge(detected)
+    if "service.name" in defaults:
+        resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
     provider = TracerProvider(resource=resource)
     exporter = OTLPSpanExporter(endpoint=config.url) if config.url else OTLPSpanExporter()
     provider.add_span_processor(BatchSpanProcessor(exporter, **config.batch))
@@ -179,6 +205,10 @@ def parse_trace_config(values: list[str]) -> tuple[TraceSettings, ExporterConfig
                 f"--trace-config {value}: the settings are level, rate, count, mode, "
                 "log-frequency, and opentelemetry,url/resource/bsp_*"
             )
+    queue = exporter.batch.get("max_queue_size")
+    if queue is not None and "max_export_batch_size" not in exporter.batch:
+        # The SDK refuses batches larger than its queue (its default batch is 512).
+        exporter.batch["max_export_batch_size"] = min(queue, 512)
     try:
         settings = TraceSettings(
             tuple(levels) or ("OFF",), numbers["rate"], numbers["count"], numbers["log_frequency"]

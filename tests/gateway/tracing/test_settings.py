@@ -53,6 +53,13 @@ def test_a_models_settings_override_the_servers_and_clear_with_null() -> None:
     assert not settings.enabled
 
 
+def test_clearing_a_server_setting_restores_its_value_at_start() -> None:
+    settings = TraceSettings(("TIMESTAMPS",), rate=50)
+    settings.update({"trace_rate": "3", "trace_level": ["OFF"]})
+    shown = settings.update({"trace_rate": None, "trace_level": None})
+    assert shown["trace_rate"] == "50" and shown["trace_level"] == ["TIMESTAMPS"]
+
+
 def test_a_model_without_its_own_count_draws_on_the_servers() -> None:
     settings = TraceSettings(("TIMESTAMPS",), rate=1, count=2)
     settings.update({"trace_rate": "1"}, model="a")
@@ -76,7 +83,7 @@ def test_tensors_level() -> None:
         ({"trace_file": "/tmp/trace.json"}, "exports spans over OTLP"),
         ({"trace_mode": "triton"}, "trace_mode stays 'opentelemetry'"),
         ({"trace_colour": "red"}, "unknown trace setting 'trace_colour'"),
-        ({"trace_rate": None}, "the server's trace_rate cannot be cleared"),
+        ({"trace_ratee": None}, "unknown trace setting 'trace_ratee'"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_setting(changes: dict, words: str) -> None:
@@ -98,7 +105,9 @@ def test_trace_config_parses_tritons_options() -> None:
     assert settings.as_dict()["trace_count"] == "5"
     assert exporter.url == "http://collector:4318/v1/traces"
     assert exporter.resource == {"team": "ml"}
-    assert exporter.batch == {"max_queue_size": 512}
+    assert exporter.batch == {"max_queue_size": 512, "max_export_batch_size": 512}
+    _, small = parse_trace_config(["opentelemetry,bsp_max_queue_size=100"])
+    assert small.batch == {"max_queue_size": 100, "max_export_batch_size": 100}
 
 
 @pytest.mark.parametrize(
