@@ -11,49 +11,84 @@ its awaits and an untraced one pays nothing here.
         instance run       the backend's own time, within the batch
       response             the scheduler's answer until the front has encoded the reply
 
-Imported only once something is traced: this is where OpenTelemetry comes in.
+Spans are the SDK's finished ReadableSpans, built whole and handed to the span processor
+(the OTLP exporter's batching, or any other): the SDK's live spans (locks, bounded
+attribute maps, a processor call at each start and end) cost about 80 us a traced
+request, these about 5 (benchmarks/tracing.py). Imported only once something is traced:
+this is where OpenTelemetry comes in.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.propagate import extract
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    get_current_span,
+)
 
+from gateway import __version__
 from gateway.inference import InferRequest
 
 log = logging.getLogger(__name__)
 
+SCOPE = InstrumentationScope("accel_gateway", __version__)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
+_bits = random.getrandbits
 
-def _clock_offset() -> int:
-    """Nanoseconds from perf_counter_ns to the epoch time OpenTelemetry wants."""
-    return time.time_ns() - time.perf_counter_ns()
+
+class Sink:
+    """Where finished spans go: a span processor, and the resource they describe."""
+
+    __slots__ = ("processor", "resource")
+
+    def __init__(self, processor: SpanProcessor, resource: Any) -> None:
+        self.processor = processor
+        self.resource = resource
 
 
 class RequestTrace:
-    __slots__ = ("tracer", "span", "context", "offset", "tensors", "answered_ns", "ended")
+    __slots__ = (
+        "sink", "request_attributes", "name", "parent", "context", "offset", "started_ns",
+        "tensors", "answered_ns", "spans", "ended",
+    )  # fmt: skip
 
     def __init__(
         self,
-        tracer: trace.Tracer,
+        sink: Sink,
         request: InferRequest,
         protocol: str,
         started_ns: int,
         carrier: dict[str, str] | None,
         tensors: bool,
     ) -> None:
-        self.tracer = tracer
-        self.offset = _clock_offset()
+        self.sink = sink
+        self.offset = time.time_ns() - time.perf_counter_ns()  # to the epoch's nanoseconds
+        self.started_ns = started_ns
         self.tensors = tensors
         self.answered_ns = 0  # when the scheduler answered (0: it never did)
+        self.spans: list[ReadableSpan] = []  # the children, handed over with the root
         self.ended = False
-        parent = extract(carrier) if carrier else None
-        attributes: dict[str, Any] = {
+        parent = get_current_span(extract(carrier)).get_span_context() if carrier else None
+        self.parent = parent if parent is not None and parent.is_valid else None
+        trace_id = self.parent.trace_id if self.parent is not None else _bits(128) or 1
+        state = self.parent.trace_state if self.parent is not None else None
+        self.context = SpanContext(trace_id, _bits(64) or 1, False, _SAMPLED, state)
+        self.name = f"infer {request.model_name}"
+        self.request_attributes: dict[str, Any] = {
             "model.name": request.model_name,
             "model.version": request.model_version,
             "request.id": request.id,
@@ -61,12 +96,9 @@ class RequestTrace:
         }
         if tensors:
             for tensor in request.inputs:
-                attributes[f"input.{tensor.name}"] = f"{tensor.datatype}{list(tensor.shape)}"
-        self.span = tracer.start_span(
-            f"infer {request.model_name}", context=parent, kind=SpanKind.SERVER,
-            attributes=attributes, start_time=started_ns + self.offset,
-        )  # fmt: skip
-        self.context = trace.set_span_in_context(self.span)
+                self.request_attributes[f"input.{tensor.name}"] = (
+                    f"{tensor.datatype}{list(tensor.shape)}"
+                )
 
     def child(
         self,
@@ -75,44 +107,54 @@ class RequestTrace:
         end_ns: int,
         attributes: dict[str, Any] | None = None,
         links: Sequence[Link] = (),
-        parent: Any = None,
-    ) -> trace.Span:
-        span = self.tracer.start_span(
-            name, context=parent or self.context, attributes=attributes, links=links,
-            start_time=start_ns + self.offset,
+        parent: SpanContext | None = None,
+    ) -> SpanContext:
+        """Record a finished child span (of the request's span, or of `parent`)."""
+        root = self.context
+        context = SpanContext(root.trace_id, _bits(64) or 1, False, _SAMPLED, root.trace_state)
+        self.spans.append(
+            ReadableSpan(
+                name, context, parent or root, resource=self.sink.resource,
+                attributes=attributes, links=links, kind=SpanKind.INTERNAL,
+                instrumentation_scope=SCOPE, status=_UNSET,
+                start_time=start_ns + self.offset, end_time=end_ns + self.offset,
+            )
         )  # fmt: skip
-        span.end(end_time=end_ns + self.offset)
-        return span
-
-    def queued(self, model: str, version: str, accepted_ns: int, started_ns: int) -> None:
-        self.child(
-            "queue", accepted_ns, started_ns, {"model.name": model, "model.version": version}
-        )
+        return context
 
     def finish(self, encoded_ns: int, response: Any = None, error: BaseException | None = None):
-        """End the request's span (and its response span) once the front has its reply.
-        Tracing never fails a request: a failure here is logged, and the span dropped."""
+        """End the request's span (with its response span) once the front has its reply,
+        and hand the request's spans to the processor. Tracing never fails a request: a
+        failure here is logged, and the spans dropped."""
+        if self.ended:
+            return
+        self.ended = True
         try:
             self._finish(encoded_ns, response, error)
         except Exception:
             log.exception("tracing: a request's spans could not be ended")
 
     def _finish(self, encoded_ns: int, response: Any, error: BaseException | None) -> None:
-        if self.ended:
-            return
-        self.ended = True
-        end = encoded_ns + self.offset
+        attributes = self.request_attributes
+        status = _UNSET
         if error is not None:
-            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            self.span.set_attribute("error.type", type(error).__name__)
+            status = Status(StatusCode.ERROR, f"{type(error).__name__}: {error}")
+            attributes["error.type"] = type(error).__name__
         elif self.answered_ns:
             self.child("response", self.answered_ns, encoded_ns)
             if self.tensors and response is not None:
                 for tensor in response.outputs:
-                    self.span.set_attribute(
-                        f"output.{tensor.name}", f"{tensor.datatype}{list(tensor.shape)}"
-                    )
-        self.span.end(end_time=end)
+                    attributes[f"output.{tensor.name}"] = f"{tensor.datatype}{list(tensor.shape)}"
+        root = ReadableSpan(
+            self.name, self.context, self.parent, resource=self.sink.resource,
+            attributes=attributes, kind=SpanKind.SERVER, instrumentation_scope=SCOPE,
+            status=status, start_time=self.started_ns + self.offset,
+            end_time=encoded_ns + self.offset,
+        )  # fmt: skip
+        processor = self.sink.processor
+        for span in self.spans:
+            processor.on_end(span)
+        processor.on_end(root)
 
     @staticmethod
     def batch_ran(
@@ -131,37 +173,16 @@ class RequestTrace:
         scheduler took each of them). The batch span hangs under the first request's span and
         links to every one. A failure is logged, never raised into the batch."""
         try:
-            RequestTrace._batch_ran(
-                traces, accepted_ns, model, version, rows, padded_rows, started_ns, run_ns,
-                ran_ns, done_ns,
-            )  # fmt: skip
+            first = traces[0]
+            attributes = {
+                "model.name": model, "model.version": version, "batch.size": rows,
+                "batch.padded_size": padded_rows, "batch.requests": len(traces),
+            }  # fmt: skip
+            links = [Link(t.context) for t in traces]
+            batch = first.child("batch", started_ns, done_ns, attributes, links)
+            first.child("instance run", ran_ns - run_ns, ran_ns, parent=batch)
+            for request_trace, accepted in zip(traces, accepted_ns, strict=True):
+                request_trace.child("queue", accepted, started_ns)
+                request_trace.answered_ns = done_ns
         except Exception:
             log.exception("tracing: the spans of a batch of model '%s' were lost", model)
-
-    @staticmethod
-    def _batch_ran(
-        traces: Sequence[RequestTrace],
-        accepted_ns: Sequence[int],
-        model: str,
-        version: str,
-        rows: int,
-        padded_rows: int,
-        started_ns: int,
-        run_ns: int,
-        ran_ns: int,
-        done_ns: int,
-    ) -> None:
-        first = traces[0]
-        attributes = {
-            "model.name": model, "model.version": version, "batch.size": rows,
-            "batch.padded_size": padded_rows, "batch.requests": len(traces),
-        }  # fmt: skip
-        links = [Link(t.span.get_span_context()) for t in traces]
-        batch = first.child("batch", started_ns, done_ns, attributes, links)
-        first.child(
-            "instance run", ran_ns - run_ns, ran_ns, {"model.name": model, "batch.size": rows},
-            parent=trace.set_span_in_context(batch),
-        )  # fmt: skip
-        for request_trace, accepted in zip(traces, accepted_ns, strict=True):
-            request_trace.queued(model, version, accepted, started_ns)
-            request_trace.answered_ns = done_ns

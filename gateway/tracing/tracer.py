@@ -42,19 +42,24 @@ class Tracing:
         self,
         settings: TraceSettings | None = None,
         exporter: ExporterConfig | None = None,
-        provider: Any = None,
+        processor: Any = None,
+        resource: Any = None,
     ) -> None:
-        """`provider`: an OpenTelemetry TracerProvider to use instead of the OTLP one (a
-        program that embeds the gateway, or a test with an in-memory exporter)."""
+        """`processor`: an OpenTelemetry SDK SpanProcessor to hand finished spans to,
+        instead of the OTLP exporter's (a program that embeds the gateway, or a test with
+        an in-memory exporter); `resource`, what its spans describe."""
         self.settings = settings or TraceSettings()
         self.exporter = exporter or ExporterConfig()
-        self._provider = provider
-        self._owned = provider is None  # shut down here only if made here
-        self._tracer: Any = provider.get_tracer("accel_gateway") if provider else None
+        self._owned = processor is None  # shut down here only if made here
+        self._sink: Any = None
+        if processor is not None:
+            from gateway.tracing.spans import Sink
+
+            self._sink = Sink(processor, resource or _resource(self.exporter))
 
     def __getstate__(self) -> dict[str, Any]:
-        """A front process gets the settings (it traces nothing itself), never the provider,
-        which holds locks and the exporter's thread."""
+        """A front process gets the settings (it traces nothing itself), never the
+        processor, which holds locks and the exporter's thread."""
         return {"settings": self.settings, "exporter": self.exporter}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -62,17 +67,16 @@ class Tracing:
 
     @property
     def ready(self) -> bool:
-        return self._tracer is not None
+        return self._sink is not None
 
     def prepare(self) -> None:
-        """Make the tracer and its exporter (slow: imports, and resource detection); off
-        the event loop, before anything is traced. Raises what the SDK says of a bad
+        """Make the exporter and its batching (slow: imports, and resource detection);
+        off the event loop, before anything is traced. Raises what the SDK says of a bad
         setting (ValueError), so that a server or a settings change can refuse it."""
-        if self._tracer is not None:
-            return
-        if self._provider is None:
-            self._provider = _otlp_provider(self.exporter)
-        self._tracer = self._provider.get_tracer("accel_gateway")
+        if self._sink is None:
+            from gateway.tracing.spans import Sink
+
+            self._sink = Sink(_otlp_processor(self.exporter), _resource(self.exporter))
 
     def start(
         self,
@@ -85,7 +89,8 @@ class Tracing:
         sample it, else None. `header` looks up the caller's traceparent. Tracing never
         fails a request: a trace that cannot start is logged, and the request goes on."""
         model = request.model_name
-        if self._tracer is None or not self.settings.sample(model):
+        sink = self._sink
+        if sink is None or not self.settings.sample(model):
             return None
         try:
             from gateway.tracing.spans import RequestTrace
@@ -94,7 +99,7 @@ class Tracing:
             if header is not None:
                 carrier = {name: value for name in TRACE_HEADERS if (value := header(name))}
             trace = RequestTrace(
-                self._tracer, request, protocol, started_ns, carrier, self.settings.tensors(model)
+                sink, request, protocol, started_ns, carrier, self.settings.tensors(model)
             )
         except Exception:
             log.exception("tracing: a trace of model '%s' could not start", model)
@@ -104,9 +109,9 @@ class Tracing:
 
     def shutdown(self) -> None:
         """Send what is still queued (bounded by the exporter's own timeout)."""
-        if self._owned and self._provider is not None:
+        if self._owned and self._sink is not None:
             started = time.monotonic()
-            self._provider.shutdown()
+            self._sink.processor.shutdown()
             log.debug("tracing shut down in %.3f s", time.monotonic() - started)
 
 
@@ -123,28 +128,28 @@ async def traced(trace: Any, answer: Awaitable[R], encode: Callable[[R], E]) -> 
     return response, encoded
 
 
-def _otlp_provider(config: ExporterConfig) -> Any:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _resource(config: ExporterConfig) -> Any:
+    """OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the gateway's own
+    defaults; --trace-config's resource wins over both."""
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from gateway import __version__
 
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the gateway's own defaults;
-    # --trace-config's resource wins over both.
     detected = Resource.create(config.resource)
-    defaults = {"service.version": __version__}
+    resource = Resource({"service.version": __version__}).merge(detected)
     if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
-        defaults["service.name"] = SERVICE_NAME
-    resource = Resource(defaults).merge(detected)
-    if "service.name" in defaults:
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)
+    return resource
+
+
+def _otlp_processor(config: ExporterConfig) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     exporter = OTLPSpanExporter(endpoint=config.url) if config.url else OTLPSpanExporter()
-    provider.add_span_processor(BatchSpanProcessor(exporter, **config.batch))
+    processor = BatchSpanProcessor(exporter, **config.batch)
     log.info("tracing: spans go over OTLP/HTTP to %s", config.url or "the OTEL_* endpoint")
-    return provider
+    return processor
 
 
 def parse_trace_config(values: list[str]) -> tuple[TraceSettings, ExporterConfig]:

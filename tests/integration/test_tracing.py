@@ -20,7 +20,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tritonclient.utils import InferenceServerException
@@ -52,12 +51,11 @@ class Served:
 @contextlib.contextmanager
 def in_process_gateway(repository: Path, settings: TraceSettings) -> Iterator[Served]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    processor = SimpleSpanProcessor(exporter)
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     options = ServerOptions(
         model_repository=repository, http_port=http_port, grpc_port=grpc_port,
-        metrics_port=metrics_port, tracing=Tracing(settings, provider=provider),
+        metrics_port=metrics_port, tracing=Tracing(settings, processor=processor),
     )  # fmt: skip
     gateway = Gateway(options)
     loop = asyncio.new_event_loop()
@@ -71,7 +69,7 @@ def in_process_gateway(repository: Path, settings: TraceSettings) -> Iterator[Se
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
-        provider.shutdown()
+        processor.shutdown()
 
 
 def simple_inputs(module) -> list:
