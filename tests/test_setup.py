@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF_ANALYZER = ROOT / ".tools" / "perf_analyzer" / "perf_analyzer"
+MODEL_ANALYZER = ROOT / ".tools" / "model-analyzer" / "bin" / "model-analyzer"
 # Places a fresh clone does not have: the directory beside the repository, and the
 # machines this project was first built on.
 OUTSIDE = re.compile(r"\.\./shared|\.\./\.library|/work/")
@@ -32,16 +33,20 @@ def test_nothing_reaches_outside_the_repository():
     assert reaching == []
 
 
-def test_the_perf_analyzer_installer_is_idempotent():
-    if not PERF_ANALYZER.exists():
-        message = f"perf_analyzer is not installed at {PERF_ANALYZER}; scripts/test installs it"
+@pytest.mark.parametrize(
+    ("tool", "installer"),
+    [(PERF_ANALYZER, "install-perf-analyzer"), (MODEL_ANALYZER, "install-model-analyzer")],
+)
+def test_the_tool_installers_are_idempotent(tool: Path, installer: str):
+    if not tool.exists():
+        message = f"{tool} is not installed; scripts/test installs it"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    before = PERF_ANALYZER.stat().st_mtime_ns
+    before = tool.stat().st_mtime_ns
     start = time.monotonic()
-    subprocess.run([str(ROOT / "scripts" / "install-perf-analyzer")], check=True, timeout=120)
+    subprocess.run([str(ROOT / "scripts" / installer)], check=True, timeout=120)
     assert time.monotonic() - start < 30  # found working: nothing downloaded again
-    assert PERF_ANALYZER.stat().st_mtime_ns == before
-    version = subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True, text=True)
+    assert tool.stat().st_mtime_ns == before
+    version = subprocess.run([str(tool), "--version"], capture_output=True, text=True)
     assert version.returncode == 0

@@ -1,0 +1,76 @@
+"""Triton's Model Analyzer, unmodified, profiles the gateway in its remote launch mode and
+writes its results and reports (scripts/install-model-analyzer puts it in its own
+environment; README: "Model Analyzer")."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from models import simple
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_ANALYZER = ROOT / ".tools" / "model-analyzer" / "bin" / "model-analyzer"
+PERF_ANALYZER = ROOT / ".tools" / "perf_analyzer" / "perf_analyzer"
+
+
+@pytest.fixture
+def model_analyzer() -> Path:
+    for tool, installer in ((MODEL_ANALYZER, "model-analyzer"), (PERF_ANALYZER, "perf-analyzer")):
+        if not tool.exists():
+            message = f"{tool} is not installed; scripts/install-{installer} installs it"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            pytest.skip(message)
+    return MODEL_ANALYZER
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_model_analyzer_profiles_the_gateway(model_analyzer, server_factory, tmp_path, protocol):
+    repository = tmp_path / "repository"
+    simple.build(repository)
+    # Remote mode loads and unloads the profiled model itself: explicit control.
+    server = server_factory(
+        repository, "--model-control-mode", "explicit", "--load-model", "simple"
+    )
+    config = tmp_path / "profile.yaml"
+    config.write_text(
+        "profile_models:\n  simple:\n    cpu_only: true\n"
+        "    parameters:\n      concurrency: [1, 2]\n"
+    )
+    export = tmp_path / "export"
+    export.mkdir()
+    command = [
+        str(model_analyzer), "profile", "-f", str(config),
+        "--model-repository", str(repository), "--triton-launch-mode", "remote",
+        "--client-protocol", protocol,
+        "--triton-http-endpoint", server.http_url,
+        "--triton-grpc-endpoint", server.grpc_url,
+        "--triton-metrics-url", f"http://127.0.0.1:{server.metrics_port}/metrics",
+        "--perf-analyzer-path", str(PERF_ANALYZER),
+        "--output-model-repository-path", str(tmp_path / "variants"),
+        "--override-output-model-repository", "--export-path", str(export),
+        "--checkpoint-directory", str(tmp_path / "checkpoints"),
+        "--run-config-search-disable", "--perf-analyzer-timeout", "120",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Profile complete" in output, output[-4000:]
+    with open(export / "results" / "metrics-model-inference.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2], rows
+    for row in rows:
+        assert row["Model"] == "simple" and row["Instance Group"] == "1:CPU"
+        assert float(row["Throughput (infer/sec)"]) > 100, row
+        assert float(row["p99 Latency (ms)"]) > 0, row
+    summary = export / "reports" / "summaries" / "simple" / "result_summary.html"
+    assert "simple" in summary.read_text()
+    detailed = list((export / "reports" / "detailed").glob("*/detailed_report.html"))
+    assert detailed, "no detailed report"
