@@ -281,3 +281,27 @@ def test_spans_leave_over_otlp_from_a_gateway_process(
     finally:
         server.stop()
         collector.shutdown()
+
+
+def test_each_request_of_a_grpc_stream_is_traced(served: Served) -> None:
+    answers: list = []
+    done = threading.Event()
+
+    def callback(result, error) -> None:
+        answers.append(error or result)
+        if len(answers) == 3:
+            done.set()
+
+    served.grpc.start_stream(callback, headers={"traceparent": TRACEPARENT})
+    try:
+        for index in range(3):
+            served.grpc.async_stream_infer(
+                "simple", simple_inputs(grpcclient), request_id=str(index)
+            )
+        assert done.wait(10)
+    finally:
+        served.grpc.stop_stream()
+    roots = served.spans("infer simple")
+    assert sorted(r.attributes["request.id"] for r in roots) == ["0", "1", "2"]
+    assert all(format(r.parent.span_id, "016x") == PARENT_ID for r in roots)
+    assert len(served.spans("batch")) == len(served.spans("response")) == 3

@@ -1,0 +1,96 @@
+"""ModelStreamInfer: the requests of one bidirectional stream, run concurrently and
+answered in the order they finish, each response with its request's id."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from accel_base.errors import GatewayError
+from accel_base.proto import grpc_service_pb2 as pb
+from gateway.grpc.codec import decode_request, encode_response
+
+log = logging.getLogger(__name__)
+
+# Requests of one ModelStreamInfer call that may be in flight at once.
+STREAM_IN_FLIGHT = 256
+
+
+async def serve_stream(
+    core: Any, request_iterator: AsyncIterator[pb.ModelInferRequest], header: Any
+) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    """The responses of one ModelStreamInfer call: its requests run concurrently, and
+    each response (or error) carries its request's id. `header` looks up the call's
+    metadata."""
+    # Bounded both ways: at most STREAM_IN_FLIGHT requests run (each holds its slot
+    # until its last response is queued, a decoupled model's many included), and at
+    # most STREAM_IN_FLIGHT responses wait to be sent (a full queue holds the
+    # producers, and a decoupled model's sender with them).
+    results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_IN_FLIGHT)
+    slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+    tasks: set[asyncio.Task] = set()
+
+    async def answer(message: pb.ModelInferRequest) -> None:
+        trace, last, failure = None, None, None
+        try:
+            started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
+            request = decode_request(message, core.shared_memory.input_array)
+            request.header = header
+            if started:  # each request of a stream is traced as a unary call would be
+                trace = core.tracing.start(request, "grpc", started, request.header)
+            async for item in core.infer_stream(request):
+                if isinstance(item, GatewayError):  # a decoupled model's error response
+                    await results.put(_stream_error(item.message, message))
+                    continue
+                encoded, last = encode_response(item), item
+                await results.put(pb.ModelStreamInferResponse(infer_response=encoded))
+        except GatewayError as exc:
+            failure = exc
+            await results.put(_stream_error(exc.message, message))
+        except Exception as exc:
+            failure = exc
+            log.exception("unexpected error in ModelStreamInfer")
+            await results.put(
+                _stream_error(f"internal error: {type(exc).__name__}: {exc}", message)
+            )
+        except BaseException as exc:  # the stream was cancelled: its trace still ends
+            failure = exc
+            raise
+        finally:
+            slots.release()
+            if trace is not None:
+                trace.finish(time.perf_counter_ns(), last, failure)
+
+    async def read() -> None:
+        try:
+            async for message in request_iterator:
+                await slots.acquire()
+                task = asyncio.create_task(answer(message))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await results.put(None)
+
+    reader = asyncio.create_task(read())
+    try:
+        while (item := await results.get()) is not None:
+            yield item
+    finally:
+        reader.cancel()
+        for task in list(tasks):
+            task.cancel()
+
+
+def _stream_error(message: str, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    # The id lets a client match the error to its request.
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        ),
+    )
