@@ -66,26 +66,38 @@ class FrontSupervisor:
             self._launch(front)
 
     def _launch(self, front: _Front) -> None:
+        # What can fail without a process is done before there is one.
+        hello = ("hello", front.link.index, pickle.dumps(self.options), self.core.server_metadata())
         host_end, front_end = wire.channel_pair()
         command = [
             sys.executable, "-m", "gateway.fronts.main",
             "--channel-fd", str(front_end.fileno()), "--log-level", self.log_level,
         ]  # fmt: skip
         try:
-            front.process = subprocess.Popen(command, pass_fds=[front_end.fileno()])
+            process = subprocess.Popen(command, pass_fds=[front_end.fileno()])
         except OSError:
             host_end.close()
             raise
         finally:
             front_end.close()
+        channel = None
+        try:
+            channel = Channel(host_end, front.link.on_message, lambda: None)
+            channel.send(hello)
+            channel.flush()  # alone: the front reads it before it has a channel of its own
+            channel.send(("serving", self.serving))
+        except BaseException:  # a front that never got its hello must not linger
+            if channel is not None:
+                channel.close()
+            else:
+                host_end.close()
+            process.kill()
+            process.wait()  # just killed: a moment
+            raise
+        front.process = process
         front.started = time.monotonic()
         front.exited.clear()
-        channel = Channel(host_end, front.link.on_message, lambda: None)
         front.link.attach(channel)
-        metadata = self.core.server_metadata()
-        channel.send(("hello", front.link.index, pickle.dumps(self.options), metadata))
-        channel.flush()  # alone: the front reads it before it has a channel of its own
-        channel.send(("serving", self.serving))
         watcher = asyncio.ensure_future(self._watch(front, channel))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)

@@ -82,7 +82,7 @@ class DynamicBatcher:
         self._last_done: asyncio.Future | None = None  # preserve_ordering chain
         self._driver: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
-        self._traced = False  # a traced request has come: batches look for their traces
+        self._traced = 0  # traced requests queued or running: their batches make spans
 
     @property
     def pending(self) -> int:
@@ -117,8 +117,9 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         pending.future = loop.create_future()
         pending.context = _Context(request, start, deadline=deadline)
-        if request.trace is not None:
-            self._traced = True
+        traced = request.trace is not None
+        if traced:
+            self._traced += 1
         previous, done = self._last_done, None
         if self.preserve_ordering:
             done = self._last_done = loop.create_future()
@@ -135,6 +136,8 @@ class DynamicBatcher:
             raise
         finally:
             self.arrivals.answered(self.clock())
+            if traced:
+                self._traced -= 1
             if done is not None:
                 done.set_result(None)
         return build_response(
@@ -334,9 +337,7 @@ class DynamicBatcher:
 
     def _trace_batch(self, requests: list[Pending], rows: int, padded_rows: int, *times: int):
         traced = [p.context for p in requests if p.context.request.trace is not None]
-        if not traced:  # tracing went off: batches stop looking until a trace comes again
-            self._traced = False
-        else:
+        if traced:
             traces = [c.request.trace for c in traced]
             traces[0].batch_ran(
                 traces, [c.start_ns for c in traced], self.rules.model, self.stats.version,

@@ -5,6 +5,7 @@ extension's, and are refused beyond loopback without one."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 from accel_base.errors import NotFound, PermissionDenied, Unavailable
@@ -38,7 +39,10 @@ class TraceSettingsCalls:
         self.check_token(token)
         self._check_known(model)
         tracing = self.tracing
-        if not tracing.ready and _may_turn_on(changes):
+        # Checked on a copy first: a bad change is a 400 before anything else happens.
+        probe = copy.deepcopy(tracing.settings)
+        probe.update(changes, model)
+        if probe.enabled and not tracing.ready:
             try:  # imports and resource detection: not on the event loop
                 await asyncio.to_thread(tracing.prepare)
             except Exception as exc:
@@ -48,12 +52,3 @@ class TraceSettingsCalls:
                 ) from None
         return tracing.settings.update(changes, model)
 
-
-def _may_turn_on(changes: Any) -> bool:
-    """Whether a change may start tracing: a level other than OFF, or a new count."""
-    if not isinstance(changes, dict):
-        return False
-    level = changes.get("trace_level")
-    levels = [level] if isinstance(level, str) else level or []
-    count = changes.get("trace_count")
-    return any(str(v).upper() != "OFF" for v in levels) or count not in (None, 0, "0", ["0"])

@@ -48,6 +48,7 @@ SCOPE = InstrumentationScope("accel_gateway", __version__)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
 _bits = random.getrandbits
+MAX_TENSOR_ATTRIBUTES = 32  # at level TENSORS, the first inputs and outputs a span names
 
 
 class Sink:
@@ -94,11 +95,12 @@ class RequestTrace:
             "request.id": request.id,
             "rpc.system": protocol,
         }
-        if tensors:
-            for tensor in request.inputs:
-                self.request_attributes[f"input.{tensor.name}"] = (
+        if tensors:  # bounded: a request may carry any number of inputs
+            for tensor in request.inputs[:MAX_TENSOR_ATTRIBUTES]:
+                self.request_attributes[f"input.{tensor.name[:64]}"] = (
                     f"{tensor.datatype}{list(tensor.shape)}"
                 )
+            self.request_attributes["input.count"] = len(request.inputs)
 
     def child(
         self,
@@ -138,12 +140,12 @@ class RequestTrace:
         attributes = self.request_attributes
         status = _UNSET
         if error is not None:
-            status = Status(StatusCode.ERROR, f"{type(error).__name__}: {error}")
+            status = Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:1024])
             attributes["error.type"] = type(error).__name__
         elif self.answered_ns:
             self.child("response", self.answered_ns, encoded_ns)
             if self.tensors and response is not None:
-                for tensor in response.outputs:
+                for tensor in response.outputs[:MAX_TENSOR_ATTRIBUTES]:
                     attributes[f"output.{tensor.name}"] = f"{tensor.datatype}{list(tensor.shape)}"
         root = ReadableSpan(
             self.name, self.context, self.parent, resource=self.sink.resource,
@@ -173,6 +175,12 @@ class RequestTrace:
         scheduler took each of them). The batch span hangs under the first request's span and
         links to every one. A failure is logged, never raised into the batch."""
         try:
+            # A request that ended meanwhile (its caller went away) has handed its spans
+            # over: the batch's spans go with the first one still open.
+            live = [(t, a) for t, a in zip(traces, accepted_ns, strict=True) if not t.ended]
+            if not live:
+                return
+            traces, accepted_ns = [t for t, _ in live], [a for _, a in live]
             first = traces[0]
             attributes = {
                 "model.name": model, "model.version": version, "batch.size": rows,

@@ -12,6 +12,7 @@ bounded queue (a full one drops spans, never delays a request).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,10 +48,12 @@ class Tracing:
     ) -> None:
         """`processor`: an OpenTelemetry SDK SpanProcessor to hand finished spans to,
         instead of the OTLP exporter's (a program that embeds the gateway, or a test with
-        an in-memory exporter); `resource`, what its spans describe."""
+        an in-memory exporter); it gets on_end for each finished span, never on_start.
+        `resource`: what its spans describe."""
         self.settings = settings or TraceSettings()
         self.exporter = exporter or ExporterConfig()
         self._owned = processor is None  # shut down here only if made here
+        self._preparing = threading.Lock()
         self._sink: Any = None
         if processor is not None:
             from gateway.tracing.spans import Sink
@@ -73,10 +76,15 @@ class Tracing:
         """Make the exporter and its batching (slow: imports, and resource detection);
         off the event loop, before anything is traced. Raises what the SDK says of a bad
         setting (ValueError), so that a server or a settings change can refuse it."""
-        if self._sink is None:
-            from gateway.tracing.spans import Sink
+        with self._preparing:  # two changes at once make one exporter
+            if self._sink is None:
+                from gateway.tracing.spans import Sink
 
-            self._sink = Sink(_otlp_processor(self.exporter), _resource(self.exporter))
+                # Their warnings come per span or per request (a full queue drops each span
+                # with a line; a malformed tracestate warns): errors only.
+                for name in ("opentelemetry.sdk._shared_internal", "opentelemetry.trace"):
+                    logging.getLogger(name).setLevel(logging.ERROR)
+                self._sink = Sink(_otlp_processor(self.exporter), _resource(self.exporter))
 
     def start(
         self,
@@ -111,7 +119,10 @@ class Tracing:
         """Send what is still queued (bounded by the exporter's own timeout)."""
         if self._owned and self._sink is not None:
             started = time.monotonic()
-            self._sink.processor.shutdown()
+            try:
+                self._sink.processor.shutdown()
+            except Exception:  # the server stops all the same
+                log.exception("tracing: the exporter did not shut down cleanly")
             log.debug("tracing shut down in %.3f s", time.monotonic() - started)
 
 
