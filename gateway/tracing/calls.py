@@ -51,4 +51,3 @@ class TraceSettingsCalls:
                     "--trace-config and the OTEL_* variables; the settings are unchanged"
                 ) from None
         return tracing.settings.update(changes, model)
-
