@@ -129,13 +129,12 @@ class Gateway:
             logging.getLogger("accel_gateway.access").setLevel(logging.INFO)
         if not (options.admin_token or options.allow_unauthenticated_management
                 or is_loopback(options.host)):  # fmt: skip
-            self.core.log_changes_refused = (
-                "changing the log settings of a server listening beyond loopback needs "
+            refusal = (
+                "changing the {} settings of a server listening beyond loopback needs "
                 "its --admin-token (or --allow-unauthenticated-management)"
             )
-            self.core.trace_changes_refused = self.core.log_changes_refused.replace(
-                "log settings", "trace settings"
-            )
+            self.core.log_changes_refused = refusal.format("log")
+            self.core.trace_changes_refused = refusal.format("trace")
         self._tasks: list[asyncio.Task] = []
         self._poller: asyncio.Task | None = None
         self._shedding: asyncio.Task | None = None

@@ -21,6 +21,24 @@ def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -
     return start_gateway(repository, *args, log_path=log_path, **kwargs)
 
 
+TOOLS = Path(__file__).resolve().parents[1] / ".tools"
+PERF_ANALYZER = TOOLS / "perf_analyzer" / "perf_analyzer"
+MODEL_ANALYZER = TOOLS / "model-analyzer" / "bin" / "model-analyzer"
+
+
+def installed_tool(path: Path, installer: str) -> Path:
+    """`path`, a tool scripts/test installs (with scripts/`installer`): skipped where it is
+    missing, failed under CI, where it must be there."""
+    if not path.exists():
+        message = (
+            f"{path} is not installed; scripts/{installer} (which scripts/test runs) installs it"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
 def both_clients(server: GatewayProcess) -> list:
     """An unmodified tritonclient of each protocol, HTTP first, for `server`."""
     import tritonclient.grpc as grpcclient

@@ -3,7 +3,6 @@ image file reaches beside it, and perf_analyzer's installer (scripts/) is idempo
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -11,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MODEL_ANALYZER, PERF_ANALYZER, installed_tool
+
 ROOT = Path(__file__).resolve().parents[1]
-PERF_ANALYZER = ROOT / ".tools" / "perf_analyzer" / "perf_analyzer"
-MODEL_ANALYZER = ROOT / ".tools" / "model-analyzer" / "bin" / "model-analyzer"
 # Places a fresh clone does not have: the directory beside the repository, and the
 # machines this project was first built on.
 OUTSIDE = re.compile(r"\.\./shared|\.\./\.library|/work/")
@@ -38,11 +37,7 @@ def test_nothing_reaches_outside_the_repository():
     [(PERF_ANALYZER, "install-perf-analyzer"), (MODEL_ANALYZER, "install-model-analyzer")],
 )
 def test_the_tool_installers_are_idempotent(tool: Path, installer: str):
-    if not tool.exists():
-        message = f"{tool} is not installed; scripts/test installs it"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    installed_tool(tool, installer)
     before = tool.stat().st_mtime_ns
     start = time.monotonic()
     subprocess.run([str(ROOT / "scripts" / installer)], check=True, timeout=120)

@@ -17,6 +17,7 @@ from gateway.scheduling.per_request import request_info, run_requests
 from gateway.scheduling.pool import InstancePool
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.statistics import ModelStatistics
+from gateway.tracing.tracer import batch_ran
 from gateway.validation import RequestRules, check_request
 
 
@@ -106,10 +107,10 @@ class DirectScheduler:
             max(batch_size, 1), 1, ran - queued - infer_ns, infer_ns, done - ran
         )
         self.stats.record_success(done - start, queued - start)
-        trace = request.trace
-        if trace is not None:
-            trace.batch_ran(
-                [trace], [start], self.rules.model, self.stats.version, max(batch_size, 1),
-                max(batch_size, 1), queued, infer_ns, ran, done,
+        if request.trace is not None:
+            rows = max(batch_size, 1)
+            batch_ran(
+                [(request.trace, start)], self.rules.model, self.stats.version, rows, rows,
+                queued, infer_ns, ran, done,
             )  # fmt: skip
         return response

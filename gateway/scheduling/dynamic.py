@@ -28,6 +28,7 @@ from gateway.scheduling.queue import Pending, RequestQueue
 from gateway.scheduling.responses import backend_failure, build_response
 from gateway.scheduling.window import ArrivalRate
 from gateway.statistics import ModelStatistics
+from gateway.tracing.tracer import batch_ran
 from gateway.validation import RequestRules, check_request
 
 log = logging.getLogger(__name__)
@@ -333,15 +334,10 @@ class DynamicBatcher:
                 queue_ns = start - context.start_ns
                 self.stats.record_success(done - context.start_ns, queue_ns)
         if self._traced:
-            self._trace_batch(requests, rows, padded_rows, start, infer_ns, ran, done)
-
-    def _trace_batch(self, requests: list[Pending], rows: int, padded_rows: int, *times: int):
-        traced = [p.context for p in requests if p.context.request.trace is not None]
-        if traced:
-            traces = [c.request.trace for c in traced]
-            traces[0].batch_ran(
-                traces, [c.start_ns for c in traced], self.rules.model, self.stats.version,
-                rows, padded_rows, *times,
+            batch_ran(
+                ((p.context.request.trace, p.context.start_ns) for p in requests),
+                self.rules.model, self.stats.version, rows, padded_rows, start, infer_ns,
+                ran, done,
             )  # fmt: skip
 
     async def close(self) -> None:

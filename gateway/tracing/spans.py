@@ -158,39 +158,33 @@ class RequestTrace:
             processor.on_end(span)
         processor.on_end(root)
 
-    @staticmethod
-    def batch_ran(
-        traces: Sequence[RequestTrace],
-        accepted_ns: Sequence[int],
-        model: str,
-        version: str,
-        rows: int,
-        padded_rows: int,
-        started_ns: int,
-        run_ns: int,
-        ran_ns: int,
-        done_ns: int,
-    ) -> None:
-        """Spans for one batch and the traced requests it served (`accepted_ns`: when the
-        scheduler took each of them). The batch span hangs under the first request's span and
-        links to every one. A failure is logged, never raised into the batch."""
-        try:
-            # A request that ended meanwhile (its caller went away) has handed its spans
-            # over: the batch's spans go with the first one still open.
-            live = [(t, a) for t, a in zip(traces, accepted_ns, strict=True) if not t.ended]
-            if not live:
-                return
-            traces, accepted_ns = [t for t, _ in live], [a for _, a in live]
-            first = traces[0]
-            attributes = {
-                "model.name": model, "model.version": version, "batch.size": rows,
-                "batch.padded_size": padded_rows, "batch.requests": len(traces),
-            }  # fmt: skip
-            links = [Link(t.context) for t in traces]
-            batch = first.child("batch", started_ns, done_ns, attributes, links)
-            first.child("instance run", ran_ns - run_ns, ran_ns, parent=batch)
-            for request_trace, accepted in zip(traces, accepted_ns, strict=True):
-                request_trace.child("queue", accepted, started_ns)
-                request_trace.answered_ns = done_ns
-        except Exception:
-            log.exception("tracing: the spans of a batch of model '%s' were lost", model)
+
+def batch_spans(
+    entries: Sequence[tuple[RequestTrace, int]],
+    model: str,
+    version: str,
+    rows: int,
+    padded_rows: int,
+    started_ns: int,
+    run_ns: int,
+    ran_ns: int,
+    done_ns: int,
+) -> None:
+    """Spans for one batch and the open traced requests it served, each with when the
+    scheduler took it (tracer.batch_ran picks them). The batch span hangs under the first
+    request's span and links to every one. A failure is logged, never raised into the
+    batch."""
+    try:
+        first = entries[0][0]
+        attributes = {
+            "model.name": model, "model.version": version, "batch.size": rows,
+            "batch.padded_size": padded_rows, "batch.requests": len(entries),
+        }  # fmt: skip
+        links = [Link(trace.context) for trace, _ in entries]
+        batch = first.child("batch", started_ns, done_ns, attributes, links)
+        first.child("instance run", ran_ns - run_ns, ran_ns, parent=batch)
+        for trace, accepted in entries:
+            trace.child("queue", accepted, started_ns)
+            trace.answered_ns = done_ns
+    except Exception:
+        log.exception("tracing: the spans of a batch of model '%s' were lost", model)

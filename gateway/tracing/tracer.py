@@ -1,5 +1,6 @@
-"""The server's tracing: its settings, and the OpenTelemetry tracer that is made the first
-time a request is traced, exporting over OTLP/HTTP.
+"""The server's tracing: its settings, the span processor its spans go to (the OTLP/HTTP
+exporter's, made off the event loop at start or when a change turns tracing on), and
+what the fronts and schedulers call.
 
 Where spans go: `--trace-config opentelemetry,url=...` when given, else what
 OpenTelemetry's environment variables say (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
@@ -15,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -147,6 +148,30 @@ async def traced(trace: Any, answer: Awaitable[R], encode: Callable[[R], E]) -> 
         raise
     trace.finish(time.perf_counter_ns(), response)
     return response, encoded
+
+
+def batch_ran(
+    entries: Iterable[tuple[Any, int]],
+    model: str,
+    version: str,
+    rows: int,
+    padded_rows: int,
+    started_ns: int,
+    run_ns: int,
+    ran_ns: int,
+    done_ns: int,
+) -> None:
+    """What a scheduler calls after a batch ran: `entries` are its requests'
+    (request.trace, when the scheduler took it). Untraced requests are left out, and so
+    are those that ended meanwhile (their callers went away: their spans are handed
+    over); with none left, nothing happens."""
+    live = [
+        (trace, accepted) for trace, accepted in entries if trace is not None and not trace.ended
+    ]
+    if live:
+        from gateway.tracing.spans import batch_spans
+
+        batch_spans(live, model, version, rows, padded_rows, started_ns, run_ns, ran_ns, done_ns)
 
 
 def _resource(config: ExporterConfig) -> Any:

@@ -5,28 +5,19 @@ environment; README: "Model Analyzer")."""
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from models import simple
-
-ROOT = Path(__file__).resolve().parents[2]
-MODEL_ANALYZER = ROOT / ".tools" / "model-analyzer" / "bin" / "model-analyzer"
-PERF_ANALYZER = ROOT / ".tools" / "perf_analyzer" / "perf_analyzer"
+from tests.conftest import MODEL_ANALYZER, PERF_ANALYZER, installed_tool
 
 
 @pytest.fixture
 def model_analyzer() -> Path:
-    for tool, installer in ((MODEL_ANALYZER, "model-analyzer"), (PERF_ANALYZER, "perf-analyzer")):
-        if not tool.exists():
-            message = f"{tool} is not installed; scripts/install-{installer} installs it"
-            if os.environ.get("CI"):
-                pytest.fail(message)
-            pytest.skip(message)
-    return MODEL_ANALYZER
+    installed_tool(PERF_ANALYZER, "install-perf-analyzer")  # it drives perf_analyzer
+    return installed_tool(MODEL_ANALYZER, "install-model-analyzer")
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

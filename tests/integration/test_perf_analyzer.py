@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import urllib.request
@@ -11,17 +10,12 @@ from pathlib import Path
 
 import pytest
 
-PERF_ANALYZER = Path(__file__).resolve().parents[2] / ".tools" / "perf_analyzer" / "perf_analyzer"
+from tests.conftest import PERF_ANALYZER, installed_tool
 
 
 @pytest.fixture(scope="module")
 def perf_analyzer() -> Path:
-    if not PERF_ANALYZER.exists():
-        message = f"perf_analyzer is not installed at {PERF_ANALYZER}; scripts/test installs it"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return PERF_ANALYZER
+    return installed_tool(PERF_ANALYZER, "install-perf-analyzer")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -39,6 +39,7 @@ from gateway.scheduling.sequence.controls import (
 )
 from gateway.scheduling.sequence.registry import Queued, Registry, Sequence, correlation_id
 from gateway.statistics import ModelStatistics
+from gateway.tracing.tracer import batch_ran
 from gateway.validation import RequestRules, check_request
 
 DEFAULT_IDLE_S = 1.0  # Triton's default max_sequence_idle_microseconds
@@ -235,13 +236,10 @@ class SequenceBatcher:
         for index, queued in enumerate(requests):
             if index not in failures:  # those are counted as failures already
                 self.stats.record_success(done - queued.start_ns, began - queued.start_ns)
-        traced = [q for q in requests if q.request.trace is not None]
-        if traced:
-            traced[0].request.trace.batch_ran(
-                [q.request.trace for q in traced], [q.start_ns for q in traced],
-                self.rules.model, self.stats.version, len(requests), len(rows), began,
-                infer_ns, ran, done,
-            )  # fmt: skip
+        batch_ran(
+            ((q.request.trace, q.start_ns) for q in requests), self.rules.model,
+            self.stats.version, len(requests), len(rows), began, infer_ns, ran, done,
+        )  # fmt: skip
 
     def _rows(self, chosen: list[Sequence]) -> list[Sequence | None]:
         """Each row of the batch: its sequence, or None for an idle direct slot (none for
