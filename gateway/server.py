@@ -269,7 +269,7 @@ class Gateway:
         await self.repository.unload_all()
         await self.core.model_calls.close()
         # The exporter's last batch, off the loop (its own timeout bounds it).
-        await asyncio.to_thread(self.core.tracing.shutdown)
+        await self.core.tracing.close()
         log.info("accel-gateway stopped")
 
     async def _set_serving(self, serving: bool) -> None:

@@ -6,14 +6,13 @@ Where spans go: `--trace-config opentelemetry,url=...` when given, else what
 OpenTelemetry's environment variables say (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 OTEL_EXPORTER_OTLP_ENDPOINT, their headers and timeouts; OTEL_SERVICE_NAME and
 OTEL_RESOURCE_ATTRIBUTES for the resource; OTEL_BSP_* for the batching), else
-http://localhost:4318/v1/traces. Spans leave on the SDK's own thread, in batches, from a
-bounded queue (a full one drops spans, never delays a request).
+http://localhost:4318/v1/traces. Spans leave in batches from a bounded queue (a full one
+drops spans, never delays a request), encoded and sent on the event loop (export.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -27,15 +26,6 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "accel-gateway"
 TRACE_HEADERS = ("traceparent", "tracestate")
-# The exporter's batching where neither --trace-config nor OTEL_BSP_* sets it: fewer,
-# larger exports than the SDK's 512-span batches. Each export costs the event loop far
-# more than its own CPU (its thread shares the GIL): gRPC at concurrency 64 on one core,
-# 1% traced, in process, ran at 0.77-0.79 of untraced with 512-span batches and at 0.95
-# with 4096 (benchmarks/tracing.py, over the wire: 0.83-0.88 before, 0.92-0.94 after).
-BATCH_DEFAULTS = (
-    ("max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE", 8192),
-    ("max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 4096),
-)
 R = TypeVar("R")
 E = TypeVar("E")
 
@@ -46,7 +36,7 @@ class ExporterConfig:
 
     url: str | None = None  # None: OpenTelemetry's environment variables decide
     resource: dict[str, str] = field(default_factory=dict)
-    batch: dict[str, int] = field(default_factory=dict)  # BatchSpanProcessor's arguments
+    batch: dict[str, int] = field(default_factory=dict)  # export.Batching's fields
 
 
 class Tracing:
@@ -73,7 +63,7 @@ class Tracing:
 
     def __getstate__(self) -> dict[str, Any]:
         """A front process gets the settings (it traces nothing itself), never the
-        processor, which holds locks and the exporter's thread."""
+        processor, which holds its queue and its connection."""
         return {"settings": self.settings, "exporter": self.exporter}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -95,7 +85,7 @@ class Tracing:
                 # with a line; a malformed tracestate warns): errors only.
                 for name in ("opentelemetry.sdk._shared_internal", "opentelemetry.trace"):
                     logging.getLogger(name).setLevel(logging.ERROR)
-                self._sink = Sink(_otlp_processor(self.exporter), _resource(self.exporter))
+                self._sink = Sink(_otlp_export(self.exporter), _resource(self.exporter))
 
     def start(
         self,
@@ -126,12 +116,13 @@ class Tracing:
         request.trace = trace
         return trace
 
-    def shutdown(self) -> None:
-        """Send what is still queued (bounded by the exporter's own timeout)."""
+    async def close(self) -> None:
+        """Send what is still queued (bounded by the export timeout), on the loop the
+        spans ended on; a processor given to the constructor is its owner's to stop."""
         if self._owned and self._sink is not None:
             started = time.monotonic()
             try:
-                self._sink.processor.shutdown()
+                await self._sink.processor.close()
             except Exception:  # the server stops all the same
                 log.exception("tracing: the exporter did not shut down cleanly")
             log.debug("tracing shut down in %.3f s", time.monotonic() - started)
@@ -188,24 +179,21 @@ def _resource(config: ExporterConfig) -> Any:
     return resource
 
 
-def _otlp_processor(config: ExporterConfig) -> Any:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+def _otlp_export(config: ExporterConfig) -> Any:
+    from gateway.tracing.export import Batching, SpanExport
+    from gateway.tracing.otlp_http import Destination
 
-    exporter = OTLPSpanExporter(endpoint=config.url) if config.url else OTLPSpanExporter()
-    batch = dict(config.batch)
-    sized = any(key in batch or variable in os.environ for key, variable, _ in BATCH_DEFAULTS)
-    if not sized:  # the two together, or a given queue could be smaller than the batch
-        batch.update({key: value for key, _, value in BATCH_DEFAULTS})
-    processor = BatchSpanProcessor(exporter, **batch)
-    log.info("tracing: spans go over OTLP/HTTP to %s", config.url or "the OTEL_* endpoint")
-    return processor
+    destination = Destination.from_environment(config.url)
+    export = SpanExport(destination, Batching.resolve(config.batch))
+    log.info("tracing: spans go over OTLP/HTTP to %s", destination.url)
+    return export
 
 
 def parse_trace_config(values: list[str]) -> tuple[TraceSettings, ExporterConfig]:
     """Triton's --trace-config: `SETTING=VALUE` for level, rate, count, mode and
-    log-frequency, `opentelemetry,SETTING=VALUE` for url, resource and the batch span
-    processor's bsp_max_queue_size, bsp_schedule_delay and bsp_max_export_batch_size.
+    log-frequency, `opentelemetry,SETTING=VALUE` for url, resource and the span batching's
+    bsp_max_queue_size, bsp_schedule_delay and bsp_max_export_batch_size (export.Batching
+    checks them together when tracing starts).
     ValueError saying what is wrong."""
     levels: list[str] = []
     numbers = {"rate": 1000, "count": -1, "log_frequency": 0}
@@ -260,10 +248,6 @@ def parse_trace_config(values: list[str]) -> tuple[TraceSettings, ExporterConfig
                 f"--trace-config {value}: the settings are level, rate, count, mode, "
                 "log-frequency, and opentelemetry,url/resource/bsp_*"
             )
-    queue = exporter.batch.get("max_queue_size")
-    if queue is not None and "max_export_batch_size" not in exporter.batch:
-        # The SDK refuses batches larger than its queue (its default batch is 512).
-        exporter.batch["max_export_batch_size"] = min(queue, 512)
     try:
         settings = TraceSettings(
             tuple(levels) or ("OFF",), numbers["rate"], numbers["count"], numbers["log_frequency"]

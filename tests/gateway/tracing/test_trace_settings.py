@@ -105,9 +105,7 @@ def test_trace_config_parses_tritons_options() -> None:
     assert settings.as_dict()["trace_count"] == "5"
     assert exporter.url == "http://collector:4318/v1/traces"
     assert exporter.resource == {"team": "ml"}
-    assert exporter.batch == {"max_queue_size": 512, "max_export_batch_size": 512}
-    _, small = parse_trace_config(["opentelemetry,bsp_max_queue_size=100"])
-    assert small.batch == {"max_queue_size": 100, "max_export_batch_size": 100}
+    assert exporter.batch == {"max_queue_size": 512}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,191 @@
+"""The span processor that sends finished spans over OTLP/HTTP, from the event loop.
+
+Spans wait in a bounded queue (a full one drops them, counted and logged, and never
+delays a request). A task on the loop takes them in batches: every schedule delay, or
+as soon as a batch's worth is waiting; it encodes a batch a slice at a time (otlp.py),
+yielding to requests between slices, and POSTs it (otlp_http.py). Nothing runs on a
+thread: the SDK's BatchSpanProcessor exports from a thread of its own, whose encoding
+held the GIL while the loop waited, so that 1% of requests traced cost 6-8% of the
+throughput at concurrency 64 on one core (benchmarks/tracing.py).
+
+The batching is OpenTelemetry's: OTEL_BSP_MAX_QUEUE_SIZE (2048 spans),
+OTEL_BSP_SCHEDULE_DELAY (5000 ms), OTEL_BSP_MAX_EXPORT_BATCH_SIZE (512) and
+OTEL_BSP_EXPORT_TIMEOUT (30000 ms), with --trace-config's bsp_* over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.tracing import otlp
+from gateway.tracing.otlp_http import Destination, ExportFailed, Poster
+
+log = logging.getLogger(__name__)
+
+SLICE = 64  # spans encoded between two yields to the loop: about 0.4 ms
+LOG_EVERY_S = 60.0  # drops and failures are logged at most this often
+
+
+@dataclass(frozen=True)
+class Batching:
+    max_queue_size: int = 2048
+    schedule_delay_millis: int = 5000
+    max_export_batch_size: int = 512
+    export_timeout_millis: int = 30000
+
+    @classmethod
+    def resolve(cls, given: dict[str, int]) -> Batching:
+        """`given` (--trace-config's, by these names) over OTEL_BSP_*, over the
+        defaults. ValueError naming a bad value."""
+        values: dict[str, int] = {}
+        for name in cls.__dataclass_fields__:
+            variable = "OTEL_BSP_" + name.removesuffix("_millis").upper()
+            text = os.environ.get(variable)
+            if name in given:
+                values[name] = given[name]
+            elif text:
+                try:
+                    values[name] = int(text)
+                except ValueError:
+                    raise ValueError(f"{variable}='{text}' is not an integer") from None
+        bad = [f"{name}={value}" for name, value in values.items() if value < 1]
+        if bad:
+            raise ValueError(f"span batching: {', '.join(bad)} must be positive")
+        queue = values.get("max_queue_size", cls.max_queue_size)
+        if "max_export_batch_size" not in values:  # a small queue takes smaller batches
+            values["max_export_batch_size"] = min(queue, cls.max_export_batch_size)
+        if values["max_export_batch_size"] > queue:
+            raise ValueError(
+                f"span batching: max_export_batch_size {values['max_export_batch_size']} "
+                f"is larger than max_queue_size {queue}"
+            )
+        return cls(**values)
+
+
+class SpanExport:
+    """An OpenTelemetry span processor (on_end, shutdown through close) that exports
+    over OTLP/HTTP from the loop of the first span to end."""
+
+    def __init__(self, destination: Destination, batching: Batching) -> None:
+        self.destination = destination
+        self.batching = batching
+        self._poster = Poster(destination)
+        self._queue: deque[Any] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self.exported = self.dropped = self.failed = 0
+        self._logged: dict[str, float] = {}
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass  # spans reach this processor finished
+
+    def on_end(self, span: Any) -> None:
+        queue = self._queue
+        if len(queue) >= self.batching.max_queue_size or self._closed:
+            self.dropped += 1
+            self._now_and_then(
+                "dropped", "tracing: %d spans dropped so far: the export queue (%d) is full; "
+                "raise bsp_max_queue_size or lower the trace rate", self.dropped,
+                self.batching.max_queue_size,
+            )  # fmt: skip
+            return
+        queue.append(span)
+        if self._task is None or len(queue) >= self.batching.max_export_batch_size:
+            self._kick()
+
+    def _kick(self) -> None:
+        """Start the export task on the running loop, or wake it for a full batch."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if self._loop is None:
+            if running is None:
+                return  # queued until a span ends on a loop
+            self._loop, self._wake = running, asyncio.Event()
+            self._task = running.create_task(self._run(), name="trace export")
+        elif running is self._loop:
+            self._wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def _run(self) -> None:
+        delay_s = self.batching.schedule_delay_millis / 1000
+        assert self._wake is not None
+        while True:
+            woken = False
+            with contextlib.suppress(TimeoutError):
+                woken = await asyncio.wait_for(self._wake.wait(), delay_s)
+            self._wake.clear()
+            # Woken for a full batch, it sends full batches; the rest waits its turn.
+            await self._export_queued(full_only=woken and not self._closed)
+            if self._closed:
+                return
+
+    async def _export_queued(self, full_only: bool = False) -> None:
+        size = self.batching.max_export_batch_size
+        timeout_s = self.batching.export_timeout_millis / 1000
+        while len(self._queue) >= (size if full_only else 1):
+            spans = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
+            try:
+                body = await self._encode(spans)
+                await self._poster.post(body, time.monotonic() + timeout_s)
+            except ExportFailed as exc:
+                self.failed += len(spans)
+                self._now_and_then("failed", "tracing: %d spans lost so far: %s", self.failed, exc)
+            except Exception:  # tracing never fails the server: say so, go on
+                self.failed += len(spans)
+                log.exception("tracing: a batch of %d spans could not be exported", len(spans))
+            else:
+                self.exported += len(spans)
+
+    async def _encode(self, spans: list[Any]) -> bytes:
+        groups: dict[tuple[int, int], tuple[Any, Any, list[bytes]]] = {}
+        for index, span in enumerate(spans):
+            key = (id(span.resource), id(span.instrumentation_scope))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (span.resource, span.instrumentation_scope, [])
+            group[2].append(otlp.span(span))
+            if index % SLICE == SLICE - 1:
+                await asyncio.sleep(0)  # requests go on between slices
+        return otlp.export_request(groups.values())
+
+    def _now_and_then(self, kind: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._logged.get(kind, -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._logged[kind] = now
+            log.warning(message, *args)
+
+    async def close(self) -> None:
+        """Send what is queued (bounded by the export timeout), then stop; spans that
+        end from now on are dropped. On the loop the spans ended on."""
+        self._closed = True
+        timeout_s = self.batching.export_timeout_millis / 1000
+        try:
+            if self._task is not None:
+                assert self._wake is not None
+                self._wake.set()
+                await asyncio.wait_for(self._task, timeout_s)  # its last round sends all
+            elif self._queue:  # spans that never ended on a loop
+                await asyncio.wait_for(self._export_queued(), timeout_s)
+        except TimeoutError:
+            log.warning("tracing: %d spans were not sent before the server stopped",
+                        len(self._queue))  # fmt: skip
+        self._poster.close()
+
+    def shutdown(self) -> None:
+        """The SDK's processor interface; the gateway calls close() on its loop."""
+        self._closed = True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return not self._queue
