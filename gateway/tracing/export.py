@@ -1,9 +1,11 @@
 """The span processor that sends finished spans over OTLP/HTTP, from the event loop.
 
-Spans wait in a bounded queue (a full one drops them, counted and logged, and never
-delays a request). A task on the loop takes them in batches: every schedule delay, or
-as soon as a batch's worth is waiting; it encodes a batch a slice at a time (otlp.py),
-yielding to requests between slices, and POSTs it (otlp_http.py). Nothing runs on a
+A span is encoded as it ends (otlp.py, a few us, paid by the traced request that made
+it) and waits, as bytes, in a bounded queue: a full one drops spans, counted and logged,
+and never delays a request. A task on the loop takes them in batches, every schedule
+delay or as soon as a batch's worth is waiting, and POSTs each (otlp_http.py). Encoding
+at the end keeps up with any load: encoded in the export task, between requests, spans
+piled up at 100% tracing and concurrency 64 and the queue overflowed. Nothing runs on a
 thread: the SDK's BatchSpanProcessor exports from a thread of its own, whose encoding
 held the GIL while the loop waited, so that 1% of requests traced cost 6-8% of the
 throughput at concurrency 64 on one core (benchmarks/tracing.py).
@@ -29,7 +31,6 @@ from gateway.tracing.otlp_http import Destination, ExportFailed, Poster
 
 log = logging.getLogger(__name__)
 
-SLICE = 64  # spans encoded between two yields to the loop: about 0.4 ms
 LOG_EVERY_S = 60.0  # drops and failures are logged at most this often
 
 
@@ -98,7 +99,13 @@ class SpanExport:
                 self.batching.max_queue_size,
             )  # fmt: skip
             return
-        queue.append(span)
+        try:
+            encoded = otlp.span(span)
+        except Exception:  # a span is never worth a request: say so, drop it
+            self.dropped += 1
+            log.exception("tracing: a span '%s' could not be encoded", span.name)
+            return
+        queue.append((span.resource, span.instrumentation_scope, encoded))
         if self._task is None or len(queue) >= self.batching.max_export_batch_size:
             self._kick()
 
@@ -137,7 +144,7 @@ class SpanExport:
         while len(self._queue) >= (size if full_only else 1):
             spans = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
             try:
-                body = await self._encode(spans)
+                body = otlp.export_request(_grouped(spans))
                 await self._poster.post(body, time.monotonic() + timeout_s)
             except ExportFailed as exc:
                 self.failed += len(spans)
@@ -147,18 +154,6 @@ class SpanExport:
                 log.exception("tracing: a batch of %d spans could not be exported", len(spans))
             else:
                 self.exported += len(spans)
-
-    async def _encode(self, spans: list[Any]) -> bytes:
-        groups: dict[tuple[int, int], tuple[Any, Any, list[bytes]]] = {}
-        for index, span in enumerate(spans):
-            key = (id(span.resource), id(span.instrumentation_scope))
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = (span.resource, span.instrumentation_scope, [])
-            group[2].append(otlp.span(span))
-            if index % SLICE == SLICE - 1:
-                await asyncio.sleep(0)  # requests go on between slices
-        return otlp.export_request(groups.values())
 
     def _now_and_then(self, kind: str, message: str, *args: Any) -> None:
         now = time.monotonic()
@@ -189,3 +184,15 @@ class SpanExport:
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return not self._queue
+
+
+def _grouped(spans: list[tuple[Any, Any, bytes]]) -> list[tuple[Any, Any, list[bytes]]]:
+    """Encoded spans by (resource, instrumentation scope), as a request carries them."""
+    groups: dict[tuple[int, int], tuple[Any, Any, list[bytes]]] = {}
+    for resource, scope, encoded in spans:
+        key = (id(resource), id(scope))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = (resource, scope, [])
+        group[2].append(encoded)
+    return list(groups.values())

@@ -3,7 +3,7 @@
 Written out byte by byte rather than through the generated messages: the SDK's encoder
 builds a protobuf object per span, attribute and link, about 25 us a span on one core,
 and its export then holds the GIL on the exporter's thread while the event loop waits.
-These bytes cost a few us a span, on the loop, a slice at a time (export.py). The
+These bytes cost a few us a span, on the loop, as each span ends (export.py). The
 messages and field numbers are opentelemetry-proto's (trace/v1, common/v1,
 resource/v1, collector/trace/v1); what goes in each field is what the SDK's own encoder
 puts there, so a collector sees the same request either way (the tests compare them).

@@ -230,3 +230,16 @@ def test_batching_takes_the_command_line_over_the_environment(
     monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "later")
     with pytest.raises(ValueError, match="OTEL_BSP_EXPORT_TIMEOUT='later' is not an integer"):
         Batching.resolve({})
+
+
+def test_a_span_that_cannot_be_encoded_is_dropped_alone(collector: str) -> None:
+    async def run() -> None:
+        processor = export(collector)
+        broken = spans(1)[0]
+        broken._name = None  # no name to write: encoding fails
+        processor.on_end(broken)
+        processor.on_end(spans(1, start=2)[0])
+        await processor.close()
+        assert processor.dropped == 1 and names() == ["span 2"]
+
+    asyncio.run(run())
