@@ -135,7 +135,8 @@ class SpanExport:
             self._wake.clear()
             # Woken for a full batch, it sends full batches; the rest waits its turn.
             await self._export_queued(full_only=woken and not self._closed)
-            if self._closed:
+            if self._closed:  # closed meanwhile: what is left goes too
+                await self._export_queued()
                 return
 
     async def _export_queued(self, full_only: bool = False) -> None:

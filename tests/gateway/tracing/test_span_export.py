@@ -243,3 +243,17 @@ def test_a_span_that_cannot_be_encoded_is_dropped_alone(collector: str) -> None:
         assert processor.dropped == 1 and names() == ["span 2"]
 
     asyncio.run(run())
+
+
+def test_close_during_an_export_still_sends_what_is_behind_it(collector: str) -> None:
+    async def run() -> None:
+        processor = export(collector, max_export_batch_size=4, schedule_delay_millis=60_000)
+        for span in spans(6):
+            processor.on_end(span)
+        while len(processor._queue) > 2:  # until the export task has taken the full batch
+            await asyncio.sleep(0)
+        await processor.close()
+        assert sorted(names()) == sorted(f"span {i}" for i in range(1, 7))
+        assert processor.exported == 6
+
+    asyncio.run(run())

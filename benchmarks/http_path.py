@@ -1,0 +1,132 @@
+"""The CPU time of the gateway's whole HTTP path for one request, in process.
+
+A request's raw bytes go into uvicorn's httptools protocol (the gateway's own subclass,
+as it serves), through the ASGI app, the inference core and the model, and the response
+is written to a transport that only counts the bytes: everything the server's core does
+for a request but the socket's system calls. Targets are measured in turn, a short round
+of `per_round` requests each, `rounds` times (every other round in the other order):
+each round gives each target's CPU time (of this thread) per request, and the rounds'
+figures are compared pairwise, since this machine's speed drifts by 10% within a second.
+
+Used where a difference of a few microseconds between two paths must be seen: on a
+shared 2-core machine, one perf_analyzer run's throughput swings by 5-15%.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from uvicorn.server import ServerState
+
+from gateway.core import InferenceCore
+from gateway.heap import settle
+from gateway.http.app import create_app
+from gateway.http.infer_route import with_infer_route
+from gateway.http.timeouts import timed_protocol
+from gateway.listeners import event_loop_factory
+from gateway.repository import ModelRepository
+
+
+class _Transport(asyncio.Transport):
+    """Takes what the protocol writes, and counts it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+        self.status = b""  # the latest response's
+        self._closing = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        addresses = {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}
+        return addresses.get(name, default)
+
+    def write(self, data: bytes) -> None:  # type: ignore[override]
+        self.written += len(data)
+        if data.startswith(b"HTTP/1.1 "):
+            self.status = bytes(data[9:12])
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _protocol_class() -> type:
+    base = timed_protocol(60.0)
+
+    class Measured(base):  # type: ignore[misc, valid-type]
+        answered: asyncio.Future | None = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.answered is not None and not self.answered.done():
+                self.answered.set_result(None)
+
+    return Measured
+
+
+async def _measure(
+    repository: Path, requests: dict[str, bytes], rounds: int, per_round: int
+) -> dict[str, list[float]]:
+    models = ModelRepository(repository)
+    await models.load_startup_models([])
+    settle()  # as the server does after a load: collections skip the long-lived heap
+    core = InferenceCore(models)
+    limit = 64 * 1024 * 1024
+    app = with_infer_route(create_app(core, limit), core, limit)  # as gateway.listeners
+    config = uvicorn.Config(
+        app, loop="none", lifespan="off", access_log=False,
+        log_config=None, proxy_headers=False, server_header=False, date_header=False,
+    )  # fmt: skip
+    config.load()
+    protocol = _protocol_class()(config=config, server_state=ServerState(), app_state={})
+    transport = _Transport()
+    protocol.connection_made(transport)
+    loop = asyncio.get_running_loop()
+
+    async def one(raw: bytes) -> None:
+        protocol.answered = loop.create_future()
+        protocol.data_received(raw)
+        await protocol.answered
+
+    try:
+        for name, raw in requests.items():  # warm: first calls, caches, the model's first run
+            for _ in range(200):
+                await one(raw)
+            if transport.status != b"200":
+                raise RuntimeError(f"{name}: the gateway answered {transport.status.decode()}")
+        samples: dict[str, list[float]] = {name: [] for name in requests}
+        for round_ in range(rounds):
+            names = list(requests)
+            if round_ % 2:  # every other round in the other order
+                names.reverse()
+            for name in names:
+                raw = requests[name]
+                started = time.thread_time_ns()
+                for _ in range(per_round):
+                    await one(raw)
+                samples[name].append((time.thread_time_ns() - started) / per_round)
+    finally:
+        protocol.connection_lost(None)
+        await models.unload_all()
+    return samples
+
+
+def http_path_ns(
+    repository: Path, requests: dict[str, bytes], rounds: int = 200, per_round: int = 200
+) -> dict[str, list[float]]:
+    """CPU ns per request through the whole HTTP path, for each named raw request: one
+    figure a round, in the rounds' order. On the server's own event loop (uvloop)."""
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(_measure(repository, requests, rounds, per_round))
