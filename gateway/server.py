@@ -268,7 +268,7 @@ class Gateway:
             self._shedding.cancel()
         await self.repository.unload_all()
         await self.core.model_calls.close()
-        # The exporter's last batch, off the loop (its own timeout bounds it).
+        # The exporter's last batches (its export timeout bounds them).
         await self.core.tracing.close()
         log.info("accel-gateway stopped")
 

@@ -91,7 +91,10 @@ class SpanExport:
 
     def on_end(self, span: Any) -> None:
         queue = self._queue
-        if len(queue) >= self.batching.max_queue_size or self._closed:
+        if self._closed:
+            self.dropped += 1
+            return
+        if len(queue) >= self.batching.max_queue_size:
             self.dropped += 1
             self._now_and_then(
                 "dropped", "tracing: %d spans dropped so far: the export queue (%d) is full; "
@@ -110,20 +113,28 @@ class SpanExport:
             self._kick()
 
     def _kick(self) -> None:
-        """Start the export task on the running loop, or wake it for a full batch."""
+        """Start the export task on the running loop (again, where the loop it ran on
+        has gone without close()), or wake it for a full batch."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if self._loop is None:
+        if self._task is None or self._task.done() or self._loop_gone():
             if running is None:
                 return  # queued until a span ends on a loop
             self._loop, self._wake = running, asyncio.Event()
+            self._poster.close()  # its connection belonged to the old loop
             self._task = running.create_task(self._run(), name="trace export")
         elif running is self._loop:
+            assert self._wake is not None
             self._wake.set()
         else:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            assert self._loop is not None and self._wake is not None
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: the next one starts
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _loop_gone(self) -> bool:
+        return self._loop is None or self._loop.is_closed()
 
     async def _run(self) -> None:
         delay_s = self.batching.schedule_delay_millis / 1000
@@ -164,19 +175,24 @@ class SpanExport:
 
     async def close(self) -> None:
         """Send what is queued (bounded by the export timeout), then stop; spans that
-        end from now on are dropped. On the loop the spans ended on."""
+        end from now on are dropped."""
         self._closed = True
         timeout_s = self.batching.export_timeout_millis / 1000
+        task, here = self._task, asyncio.get_running_loop()
         try:
-            if self._task is not None:
+            if task is not None and not task.done() and self._loop is here:
                 assert self._wake is not None
                 self._wake.set()
-                await asyncio.wait_for(self._task, timeout_s)  # its last round sends all
-            elif self._queue:  # spans that never ended on a loop
+                await asyncio.wait_for(task, timeout_s)  # its last round sends all
+            elif self._queue:  # no task running here: the queue goes from this loop
+                self._poster.close()  # a connection of another loop's is no use here
                 await asyncio.wait_for(self._export_queued(), timeout_s)
         except TimeoutError:
             log.warning("tracing: %d spans were not sent before the server stopped",
                         len(self._queue))  # fmt: skip
+        except asyncio.CancelledError:
+            if task is None or not task.cancelled():
+                raise  # this close() itself was cancelled, not the task under it
         self._poster.close()
 
     def shutdown(self) -> None:

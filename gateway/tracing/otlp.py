@@ -31,9 +31,14 @@ _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 # versions, protocols); bounded, cleared when full.
 _KEY_VALUES: dict[tuple[str, type, Any], bytes] = {}
 _KEY_VALUES_MAX = 4096
+# Only these types: equal values of them encode the same (not so 0.0 and -0.0, or the
+# tuples (1, 0) and (True, False)), with the type in the key as True == 1.
+_CACHED = frozenset({str, int, bool})
 
 
 def varint(value: int) -> bytes:
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{value} does not fit 64 bits")
     if value < 0:  # int64: two's complement in ten bytes
         value += 1 << 64
     if value < 0x80:
@@ -76,17 +81,15 @@ def any_value(value: Any) -> bytes:
 
 def key_value(key: str, value: Any) -> bytes:
     """A KeyValue's body: key (1) and value (2)."""
-    cached = (key, type(value), value)  # the type too: True == 1 == 1.0
-    try:
-        return _KEY_VALUES[cached]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable value (a list): not kept
-        return _field(b"\x0a", key.encode()) + _field(b"\x12", any_value(value))
+    encoded = _KEY_VALUES.get((key, type(value), value)) if type(value) in _CACHED else None
+    if encoded is not None:
+        return encoded
     encoded = _field(b"\x0a", key.encode()) + _field(b"\x12", any_value(value))
+    if type(value) not in _CACHED:
+        return encoded
     if len(_KEY_VALUES) >= _KEY_VALUES_MAX:
         _KEY_VALUES.clear()
-    _KEY_VALUES[cached] = encoded
+    _KEY_VALUES[key, type(value), value] = encoded
     return encoded
 
 

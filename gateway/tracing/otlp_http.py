@@ -5,6 +5,8 @@ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as the whole URL, else OTEL_EXPORTER_OTLP_END
 with /v1/traces after it, else http://localhost:4318/v1/traces (--trace-config's url wins
 over all three); the _HEADERS, _TIMEOUT (seconds), _COMPRESSION (gzip, deflate, none),
 _CERTIFICATE, _CLIENT_CERTIFICATE and _CLIENT_KEY variables, the traces' own first.
+Spans go to the collector directly: HTTP(S)_PROXY is not used (tracer.py says so in the
+log when one is set).
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ class Destination:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the OTLP endpoint '{self.url}' is not an http(s)://HOST URL")
+        if parts.username is not None:
+            raise ValueError(
+                "the OTLP endpoint carries a user and password; send credentials as a "
+                "header (OTEL_EXPORTER_OTLP_HEADERS=Authorization=...)"
+            )
+        for name, value in self.headers.items():
+            if any(c in f"{name}{value}" for c in "\r\n\0") or not name.strip():
+                raise ValueError(f"the OTLP header '{name!r}' holds a line break or NUL")
         if self.timeout_s <= 0:
             raise ValueError(f"the OTLP timeout must be positive seconds, got {self.timeout_s}")
         if parts.scheme == "https":
@@ -156,25 +166,33 @@ class Poster:
                     f"{self.destination.url} did not answer in time "
                     f"(timeout {self.destination.timeout_s:g} s)"
                 ) from None
-            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            except (OSError, EOFError, ValueError) as exc:  # IncompleteRead, LimitOverrun
                 self.close()
                 if not reused:
-                    raise ExportFailed(f"{self.destination.url}: {exc}") from None
+                    raise ExportFailed(f"{self.destination.url}: {exc!r}") from None
+            except BaseException:  # a half-read connection is never used again
+                self.close()
+                raise
         raise AssertionError("unreachable")
 
     async def _answer(self) -> tuple[int, bytes]:
         assert self._reader is not None
-        head = await self._reader.readuntil(b"\r\n\r\n")  # at most the reader's 64 KiB
-        lines = head.decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        if not version.startswith("HTTP/"):
-            raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-        status = int(rest[:3])
+        while True:
+            head = await self._reader.readuntil(b"\r\n\r\n")  # at most the reader's 64 KiB
+            lines = head.decode("latin-1").split("\r\n")
+            version, _, rest = lines[0].partition(" ")
+            if not version.startswith("HTTP/") or not rest[:3].isdigit():
+                raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
+            status = int(rest[:3])
+            if status >= 200:
+                break  # 1xx: an interim answer, the real one follows
         fields = {
             name.strip().lower(): value.strip()
             for name, _, value in (line.partition(":") for line in lines[1:] if line)
         }
-        if "chunked" in fields.get("transfer-encoding", ""):
+        if status in (204, 304):
+            body = b""  # no body, whatever the fields say
+        elif "chunked" in fields.get("transfer-encoding", ""):
             body = await self._chunks()
         elif "content-length" in fields:
             length = int(fields["content-length"])
@@ -182,11 +200,20 @@ class Poster:
                 raise ValueError(f"an answer of {length} bytes")
             body = await self._reader.readexactly(length)
         else:  # the answer ends with the connection
-            body = await self._reader.read(MAX_RESPONSE_BYTES)
+            body = await self._to_end()
             fields["connection"] = "close"
         if fields.get("connection", "").lower() == "close":
             self.close()
         return status, body
+
+    async def _to_end(self) -> bytes:
+        assert self._reader is not None
+        body = bytearray()
+        while chunk := await self._reader.read(MAX_RESPONSE_BYTES - len(body)):
+            body += chunk
+            if len(body) >= MAX_RESPONSE_BYTES:
+                raise ValueError("an answer of more than 1 MiB")
+        return bytes(body)
 
     async def _chunks(self) -> bytes:
         assert self._reader is not None

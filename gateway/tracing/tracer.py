@@ -13,6 +13,7 @@ drops spans, never delays a request), encoded and sent on the event loop (export
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -186,6 +187,10 @@ def _otlp_export(config: ExporterConfig) -> Any:
     destination = Destination.from_environment(config.url)
     export = SpanExport(destination, Batching.resolve(config.batch))
     log.info("tracing: spans go over OTLP/HTTP to %s", destination.url)
+    proxies = [name for name in os.environ if name.lower() in ("http_proxy", "https_proxy")]
+    if proxies:
+        log.warning("tracing: spans go to %s directly; %s is not used for them",
+                    destination.url, " and ".join(proxies))  # fmt: skip
     return export
 
 

@@ -104,3 +104,17 @@ def test_a_cached_attribute_keeps_its_type() -> None:
 
     values = [KeyValue.FromString(otlp.key_value("k", v)).value for v in (1, True, 1.0)]
     assert [v.WhichOneof("value") for v in values] == ["int_value", "bool_value", "double_value"]
+    ints, bools = (
+        KeyValue.FromString(otlp.key_value("t", v)).value for v in [(1, 0), (True, False)]
+    )
+    assert [v.WhichOneof("value") for v in bools.array_value.values] == ["bool_value"] * 2
+    assert [v.WhichOneof("value") for v in ints.array_value.values] == ["int_value"] * 2
+    zero = KeyValue.FromString(otlp.key_value("z", 0.0)).value.double_value
+    assert str(KeyValue.FromString(otlp.key_value("z", -0.0)).value.double_value) == "-0.0"
+    assert str(zero) == "0.0"
+
+
+@pytest.mark.parametrize("value", [2**64 + 5, -(2**63) - 1])
+def test_an_integer_past_64_bits_is_refused(value: int) -> None:
+    with pytest.raises(ValueError, match="does not fit 64 bits"):
+        otlp.varint(value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -27,6 +28,8 @@ class Collector(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keeps the connection, as collectors do
     refusals: list[int] = []  # statuses to answer before accepting
     received: list[tuple[dict[str, str], ExportTraceServiceRequest]] = []
+    framing = "chunked"  # how an accepting answer ends: chunked, length or 204
+    drop_connections = False  # close each connection after answering, unannounced
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -40,12 +43,24 @@ class Collector(BaseHTTPRequestHandler):
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         headers = {name.lower(): value for name, value in self.headers.items()}
+        headers["x-connection"] = str(self.client_address[1])  # which connection it came on
         Collector.received.append((headers, ExportTraceServiceRequest.FromString(body)))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Transfer-Encoding", "chunked")  # the chunked answer is read too
-        self.end_headers()
-        self.wfile.write(b"0\r\n\r\n")
+        if Collector.framing == "204":
+            self.send_response(204)
+            self.end_headers()
+        elif Collector.framing == "length":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"\x0a\x00")
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"2\r\n\x0a\x00\r\n0\r\n\r\n")
+        self.close_connection = Collector.drop_connections
 
     def log_message(self, *args) -> None:
         pass
@@ -54,6 +69,7 @@ class Collector(BaseHTTPRequestHandler):
 @pytest.fixture
 def collector() -> Iterator[str]:
     Collector.refusals, Collector.received = [], []
+    Collector.framing, Collector.drop_connections = "chunked", False
     server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
@@ -250,10 +266,75 @@ def test_close_during_an_export_still_sends_what_is_behind_it(collector: str) ->
         processor = export(collector, max_export_batch_size=4, schedule_delay_millis=60_000)
         for span in spans(6):
             processor.on_end(span)
-        while len(processor._queue) > 2:  # until the export task has taken the full batch
+        for _ in range(1000):  # until the export task has taken the full batch
+            if len(processor._queue) == 2:
+                break
             await asyncio.sleep(0)
         await processor.close()
         assert sorted(names()) == sorted(f"span {i}" for i in range(1, 7))
         assert processor.exported == 6
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "204"])
+def test_every_answer_framing_keeps_the_connection(collector: str, framing: str) -> None:
+    Collector.framing = framing
+
+    async def run() -> None:
+        processor = export(collector, max_export_batch_size=1)
+        for span in spans(3):
+            processor.on_end(span)
+            await asyncio.sleep(0.05)
+        connection = processor._poster._writer
+        await processor.close()
+        assert processor.exported == 3 and connection is not None
+
+    started = time.monotonic()
+    asyncio.run(run())
+    assert time.monotonic() - started < 5  # no answer waited out to its timeout
+    assert len({headers["x-connection"] for headers, _ in Collector.received}) == 1
+
+
+def test_a_connection_the_collector_dropped_is_opened_again(collector: str) -> None:
+    Collector.drop_connections = True
+
+    async def run() -> None:
+        processor = export(collector, max_export_batch_size=1)
+        for span in spans(3):
+            processor.on_end(span)
+            await asyncio.sleep(0.05)
+        await processor.close()
+        assert processor.exported == 3 and processor.failed == 0
+
+    asyncio.run(run())
+    assert names() == ["span 1", "span 2", "span 3"]
+
+
+def test_a_loop_gone_without_close_leaves_the_next_one_exporting(collector: str) -> None:
+    processor = export(collector, max_export_batch_size=2)
+
+    async def first() -> None:
+        processor.on_end(spans(1)[0])
+        await asyncio.sleep(0)
+
+    async def second() -> None:
+        for span in spans(3, start=2):
+            processor.on_end(span)
+        await processor.close()
+
+    asyncio.run(first())  # the loop ends; the export task with it
+    asyncio.run(second())
+    assert sorted(names()) == ["span 1", "span 2", "span 3", "span 4"]
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "words"),
+    [
+        ("http://user:secret@collector:4318/v1/traces", {}, "carries a user and password"),
+        ("http://collector:4318/v1/traces", {"x-a": "1\r\nx-b: 2"}, "line break or NUL"),
+    ],
+)
+def test_a_destination_that_would_misbehave_is_refused(url: str, headers: dict, words: str):
+    with pytest.raises(ValueError, match=words):
+        Destination(url, headers).check()
