@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from models import digits, python_models
 from models.digits import held_out
-from tests.conftest import both_clients, write_ensemble_cycle
+from tests.conftest import both_clients, infer_concurrently, write_ensemble_cycle
 
 PIPELINE = ("digits_preprocess", "digits_postprocess", "digits_pipeline")
 
@@ -106,14 +106,12 @@ def test_the_pipeline_classifies_over_http_grpc_and_a_stream(server):
 
 
 def test_the_middle_model_batches_under_concurrent_load(server):
-    http = httpclient.InferenceServerClient(server.http_url, concurrency=16)
+    http = httpclient.InferenceServerClient(server.http_url)
     before = http.get_inference_statistics("digits")["model_stats"][0]
     images, labels = images_and_labels(128)
-    sent = [
-        http.async_infer("digits_pipeline", [image_input(httpclient, images[i : i + 1])])
-        for i in range(128)
-    ]
-    predicted = np.array([p.get_result().as_numpy("LABEL")[0, 0] for p in sent])
+    sent = [[image_input(httpclient, images[i : i + 1])] for i in range(128)]
+    results = infer_concurrently(server.http_url, "digits_pipeline", sent)
+    predicted = np.array([result.as_numpy("LABEL")[0, 0] for result in results])
     assert np.mean(predicted == labels) > 0.9
     after = http.get_inference_statistics("digits")["model_stats"][0]
     requests = after["inference_count"] - before["inference_count"]

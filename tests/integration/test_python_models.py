@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from models import python_models, simple
-from tests.conftest import both_clients
+from tests.conftest import both_clients, infer_concurrently
 
 FAULTS = Path(__file__).parent / "python_models" / "py_faults"
 
@@ -46,15 +46,16 @@ def identity_input(client, values: np.ndarray):
 
 
 def test_identity_batches_requests_and_answers_each(server):
-    http = httpclient.InferenceServerClient(server.http_url, concurrency=16)
+    http = httpclient.InferenceServerClient(server.http_url)
     before = http.get_inference_statistics("py_identity")["model_stats"][0]
 
-    sent = []
-    for i in range(192):
-        values = np.full((1, 3 + i % 3), i, np.float32)  # shapes differ: batched by shape
-        sent.append((values, http.async_infer("py_identity", [identity_input(http, values)])))
-    for values, pending in sent:
-        np.testing.assert_array_equal(pending.get_result().as_numpy("OUTPUT0"), values)
+    # Shapes differ: batched by shape.
+    sent = [np.full((1, 3 + i % 3), i, np.float32) for i in range(192)]
+    results = infer_concurrently(
+        server.http_url, "py_identity", [[identity_input(http, values)] for values in sent]
+    )
+    for values, result in zip(sent, results, strict=True):
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
     after = http.get_inference_statistics("py_identity")["model_stats"][0]
     requests = after["inference_count"] - before["inference_count"]
     executions = after["execution_count"] - before["execution_count"]
@@ -103,27 +104,22 @@ def test_bytes_in_and_out_with_a_config_the_model_completed(server):
 
 
 def test_an_error_response_fails_its_request_alone(server):
-    http = httpclient.InferenceServerClient(server.http_url, concurrency=8)
+    http = httpclient.InferenceServerClient(server.http_url)
     before = http.get_inference_statistics("py_strings")["model_stats"][0]
 
     sent = []
     for i in range(32):
         tensor = httpclient.InferInput("TEXT", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[b"" if i % 2 else b"x"]], dtype=object))
-        sent.append(http.async_infer("py_strings", [tensor]))
-    results = []
-    for pending in sent:
-        try:
-            results.append(pending.get_result().as_numpy("UPPER").tolist())
-        except InferenceServerException as exc:
-            results.append(exc)
+        sent.append([tensor])
+    results = infer_concurrently(server.http_url, "py_strings", sent, workers=8)
     for i, result in enumerate(results):
         if i % 2:
             assert isinstance(result, InferenceServerException)
             assert "TEXT has an empty string" in result.message()
             assert result.status() == "400"
         else:
-            assert result == [[b"X"]]
+            assert result.as_numpy("UPPER").tolist() == [[b"X"]]
     # ... and they did share batches with the requests that failed.
     after = http.get_inference_statistics("py_strings")["model_stats"][0]
     assert after["execution_count"] - before["execution_count"] < 32
