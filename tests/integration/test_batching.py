@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -11,6 +12,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from models.mlp import reference_outputs
+from tests.conftest import PERF_ANALYZER, installed_tool
 
 
 def client_for(server, protocol: str):
@@ -161,38 +163,44 @@ def test_a_lone_client_does_not_wait_the_batch_window(repository_copy, server_fa
         waits.append(after - before)
         before = after
     client.close()
-    assert np.percentile(waits, 99) < 100_000, sorted(waits)[-5:]
+    # The window is 20 ms: waiting it out would show as 20,000 us. A lone request's queue
+    # time is 15-30 us; one in a hundred or so meets a stall of this machine's of
+    # 0.2-0.6 ms (seen on a 2-core VM whose thread hand-offs took 73 us), so the p99
+    # bound is 1 ms and the 100 us one holds for the 95th percentile.
+    assert np.percentile(waits, 95) < 100_000, sorted(waits)[-25:]
+    assert np.percentile(waits, 99) < 1_000_000, sorted(waits)[-5:]
 
 
 def test_under_load_batches_still_fill_to_the_preferred_size(repository_copy, server_factory):
+    # 64 closed-loop clients from perf_analyzer. Python threads as clients share one GIL
+    # and send in bursts that now and then read as all of them waiting: that failed one
+    # run in three on a slow machine.
+    perf_analyzer = installed_tool(PERF_ANALYZER, "install-perf-analyzer")
     repository = repository_copy("mlp")
     _rewrite_window(
         repository,
         "dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [ 16 ] }",
     )
-    server = server_factory(repository)
-    data = np.zeros((1, 784), dtype=np.float32)
-
-    def client_loop(_: int) -> None:
-        client = grpcclient.InferenceServerClient(server.grpc_url)
-        tensor = grpcclient.InferInput("INPUT0", [1, 784], "FP32")
-        tensor.set_data_from_numpy(data)
-        for _ in range(10):
-            client.infer("mlp", [tensor])
-        client.close()
-
-    with ThreadPoolExecutor(max_workers=64) as pool:
-        list(pool.map(client_loop, range(64)))
+    # Admission's 8 exempt requests would refuse some of 64 clients' (perf_analyzer stops
+    # at the first refusal): not what this measures.
+    server = server_factory(repository, "--queue-budget-ms", "1000")
+    result = subprocess.run(
+        [
+            str(perf_analyzer), "-m", "mlp", "-u", server.grpc_url, "-i", "grpc",
+            "--concurrency-range", "64", "--measurement-interval", "1000",
+            "--stability-percentage", "100", "--max-trials", "3",
+        ],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
     stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("mlp")
     batches = {
         int(row["batch_size"]): int(row["compute_infer"]["count"])
         for row in stats["model_stats"][0]["batch_stats"]
     }
     rows = sum(size * count for size, count in batches.items())
-    assert rows == 640
-    # Most rows ran in batches of the preferred size, the commonest size by far. (Triton's
-    # rule, the window always waited out, gave 512-528 of the 640 rows in such batches with
-    # this client; the adaptive window 512-528 as well.)
+    assert rows >= 640
+    # Most rows ran in batches of the preferred size, the commonest size by far.
     filled = batches.get(16, 0) * 16
     assert filled >= 0.6 * rows, batches
     assert max(batches, key=batches.get) == 16, batches
