@@ -15,7 +15,10 @@ shared 2-core machine, one perf_analyzer run's throughput swings by 5-15%.
 from __future__ import annotations
 
 import asyncio
+import math
+import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +80,12 @@ def _protocol_class() -> type:
 
 
 async def _measure(
-    repository: Path, requests: dict[str, bytes], rounds: int, per_round: int
+    repository: Path,
+    requests: dict[str, bytes],
+    rounds: int,
+    per_round: int,
+    before_round: Callable[[InferenceCore, str], None] | None,
+    after: Callable[[], Awaitable[None]] | None,
 ) -> dict[str, list[float]]:
     models = ModelRepository(repository)
     await models.load_startup_models([])
@@ -102,6 +110,8 @@ async def _measure(
 
     try:
         for name, raw in requests.items():  # warm: first calls, caches, the model's first run
+            if before_round is not None:
+                before_round(core, name)
             for _ in range(200):
                 await one(raw)
             if transport.status != b"200":
@@ -113,20 +123,44 @@ async def _measure(
                 names.reverse()
             for name in names:
                 raw = requests[name]
+                if before_round is not None:
+                    before_round(core, name)
                 started = time.thread_time_ns()
                 for _ in range(per_round):
                     await one(raw)
                 samples[name].append((time.thread_time_ns() - started) / per_round)
     finally:
         protocol.connection_lost(None)
+        if after is not None:
+            await after()
         await models.unload_all()
     return samples
 
 
 def http_path_ns(
-    repository: Path, requests: dict[str, bytes], rounds: int = 200, per_round: int = 200
+    repository: Path,
+    requests: dict[str, bytes],
+    rounds: int = 200,
+    per_round: int = 200,
+    before_round: Callable[[InferenceCore, str], None] | None = None,
+    after: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, list[float]]:
     """CPU ns per request through the whole HTTP path, for each named raw request: one
-    figure a round, in the rounds' order. On the server's own event loop (uvloop)."""
+    figure a round, in the rounds' order. On the server's own event loop (uvloop).
+    `before_round(core, name)`, where given, sets the core up for a round of `name`;
+    `after()` is awaited on that loop at the end."""
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        return runner.run(_measure(repository, requests, rounds, per_round))
+        return runner.run(_measure(repository, requests, rounds, per_round, before_round, after))
+
+
+def paired_difference(
+    rounds: dict[str, list[float]], base: str, other: str
+) -> tuple[float, float, float, float]:
+    """(`base`'s median ns, the median of the rounds' `other` - `base` differences, and
+    that median's 95% interval from the differences' order statistics). Medians: a round
+    now and then takes twice as long, whichever path it measures (the machine's doing)."""
+    added = sorted(o - b for b, o in zip(rounds[base], rounds[other], strict=True))
+    count = len(added)
+    reach = 0.98 * math.sqrt(count)  # 1.96 x a Binomial(n, 1/2) count's deviation, sqrt(n)/2
+    low, high = max(int(count / 2 - reach), 0), min(math.ceil(count / 2 + reach), count - 1)
+    return statistics.median(rounds[base]), statistics.median(added), added[low], added[high]

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.http_path import http_path_ns
+from benchmarks.http_path import http_path_ns, paired_difference
 from benchmarks.open_loop import http_request
 from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to
 from benchmarks.serving_simple import in_process_floor
@@ -102,21 +102,14 @@ def simple_request(model: str) -> bytes:
 
 def price_router(repository: Path, core: int) -> tuple[float, float, float, float]:
     """The whole HTTP path in process on `core` (this process moves there and back), to
-    `simple` and through `routed`, in alternating rounds: (the direct path's median CPU
-    ns per request, the median of the rounds' differences, and that median's 95%
-    interval from the differences' order statistics). Medians: a round now and then
-    takes twice as long, whichever path it measures (the machine, not the path)."""
+    `simple` and through `routed`, in alternating rounds (http_path.paired_difference)."""
     before = os.sched_getaffinity(0)
     pin_to(core)
     try:
         rounds = http_path_ns(repository, {t: simple_request(t) for t in ("simple", "routed")})
     finally:
         os.sched_setaffinity(0, before)
-    added = sorted(r - d for d, r in zip(rounds["simple"], rounds["routed"], strict=True))
-    count = len(added)
-    reach = 0.98 * math.sqrt(count)  # 1.96 x a Binomial(n, 1/2) count's deviation, sqrt(n)/2
-    low, high = max(int(count / 2 - reach), 0), min(math.ceil(count / 2 + reach), count - 1)
-    return statistics.median(rounds["simple"]), statistics.median(added), added[low], added[high]
+    return paired_difference(rounds, "simple", "routed")
 
 
 def _measure(
