@@ -106,7 +106,7 @@ async def _measure(
     async def one(raw: bytes) -> None:
         protocol.answered = loop.create_future()
         protocol.data_received(raw)
-        await protocol.answered
+        await asyncio.wait_for(protocol.answered, 30)  # an app that never ends its answer
 
     try:
         for name, raw in requests.items():  # warm: first calls, caches, the model's first run
@@ -129,6 +129,8 @@ async def _measure(
                 for _ in range(per_round):
                     await one(raw)
                 samples[name].append((time.thread_time_ns() - started) / per_round)
+                if transport.status != b"200":  # a path that fails is not priced
+                    raise RuntimeError(f"{name}: the gateway answered {transport.status.decode()}")
     finally:
         protocol.connection_lost(None)
         if after is not None:

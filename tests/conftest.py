@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,31 +40,36 @@ def installed_tool(path: Path, installer: str) -> Path:
     return path
 
 
-def infer_concurrently(url: str, model: str, requests: list[list], workers: int = 16) -> list:
-    """Each request's InferResult, or the InferenceServerException it got, sent from
-    `workers` threads at once, each with an HTTP client of its own. tritonclient's
+def infer_concurrently(
+    url: str, model: str, requests: list[list], workers: int = 16, errors: bool = False
+) -> list:
+    """Each request's InferResult, sent from `workers` threads at once, each with an HTTP
+    client of its own (made and closed on its thread); with `errors`, a request that fails
+    gives its InferenceServerException in its place instead of raising. tritonclient's
     async_infer does not stand in for concurrent clients: the one installed here (2.73)
     sleeps 10 ms after sending each request, so a fast model sees one at a time."""
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
-    local, clients = threading.local(), []
+    results: list = [None] * len(requests)
 
-    def one(inputs: list):
-        if not hasattr(local, "client"):
-            local.client = httpclient.InferenceServerClient(url)
-            clients.append(local.client)
+    def worker(first: int) -> None:
+        client = httpclient.InferenceServerClient(url)
         try:
-            return local.client.infer(model, inputs)
-        except InferenceServerException as exc:
-            return exc
-
-    try:
-        with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(one, requests))
-    finally:
-        for client in clients:
+            for index in range(first, len(requests), workers):
+                try:
+                    results[index] = client.infer(model, requests[index])
+                except InferenceServerException as exc:
+                    if not errors:
+                        raise
+                    results[index] = exc
+        finally:
             client.close()
+
+    with ThreadPoolExecutor(workers) as pool:
+        for done in [pool.submit(worker, first) for first in range(workers)]:
+            done.result()  # a worker's failure fails the test
+    return results
 
 
 def both_clients(server: GatewayProcess) -> list:

@@ -40,7 +40,7 @@ class _Context:
     start_ns: int
     # When the queue took it: its queue time starts here, as Triton's does, after the
     # checks (validation and admission cost 15-20 us of a lone request's 30 on one core).
-    queued_ns: int = 0
+    queued_ns: int
     deadline: float | None = None  # when the caller stops waiting (clock seconds)
 
 

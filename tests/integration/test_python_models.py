@@ -112,7 +112,7 @@ def test_an_error_response_fails_its_request_alone(server):
         tensor = httpclient.InferInput("TEXT", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[b"" if i % 2 else b"x"]], dtype=object))
         sent.append([tensor])
-    results = infer_concurrently(server.http_url, "py_strings", sent, workers=8)
+    results = infer_concurrently(server.http_url, "py_strings", sent, workers=8, errors=True)
     for i, result in enumerate(results):
         if i % 2:
             assert isinstance(result, InferenceServerException)
