@@ -166,3 +166,16 @@ def paired_difference(
     reach = 0.98 * math.sqrt(count)  # 1.96 x a Binomial(n, 1/2) count's deviation, sqrt(n)/2
     low, high = max(int(count / 2 - reach), 0), min(math.ceil(count / 2 + reach), count - 1)
     return statistics.median(rounds[base]), statistics.median(added), added[low], added[high]
+
+
+def priced_verdict(share_ns: float, priced: tuple[float, ...], goal: float) -> str:
+    """What an added cost (paired_difference's) takes from throughput on a busy core,
+    where a request's share of the core is `share_ns`: the ratio, at the interval's top
+    too, and whether it meets `goal`."""
+    path_ns, added_ns, low_ns, high_ns = priced
+    ratio, worst = share_ns / (share_ns + added_ns), share_ns / (share_ns + high_ns)
+    return (
+        f"{ratio:.4f} (at the interval's top {worst:.4f}; the HTTP path {path_ns / 1000:.1f} "
+        f"us in process, {added_ns:.0f} ns added, 95% interval {low_ns:.0f} to {high_ns:.0f}"
+        f"); goal >= {goal}: {'met' if worst >= goal else 'not met'}"
+    )

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from benchmarks.http_path import http_path_ns, paired_difference
+from benchmarks.http_path import http_path_ns, paired_difference, priced_verdict
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to
 from benchmarks.routing import PROTOCOLS, geometric_mean_interval, simple_request
 from benchmarks.serving_simple import in_process_floor
@@ -215,15 +215,7 @@ def main() -> None:
         report("100% / off, rounds", rounds_100, goal=False)
         report("  1% / off, rounds", by_rounds.get((label, "1%"), []), goal=False)
         if label == PROTOCOLS[0][0]:  # the price is of the HTTP path
-            path_ns, added_ns, low_ns, high_ns = priced
-            ratio, worst = share_ns / (share_ns + added_ns), share_ns / (share_ns + high_ns)
-            verdict = "met" if worst >= GOAL_1_PERCENT else "not met"
-            print(
-                f"    1% / off, priced: {ratio:.4f} (at the interval's top {worst:.4f}; the "
-                f"HTTP path {path_ns / 1000:.1f} us in process, 1% adds {added_ns:.0f} ns, "
-                f"95% interval {low_ns:.0f} to {high_ns:.0f}); goal >= {GOAL_1_PERCENT}: "
-                f"{verdict}"
-            )
+            print(f"    1% / off, priced: {priced_verdict(share_ns, priced, GOAL_1_PERCENT)}")
         if rounds_100:
             mean_100 = geometric_mean_interval(rounds_100)[0]
             derived = 1 / (1 + (1 / mean_100 - 1) / 100)
