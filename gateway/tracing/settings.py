@@ -153,6 +153,10 @@ class TraceSettings:
     def sample(self, model: str) -> bool:
         """Whether to trace this request to `model`: counts it toward its scope's rate,
         and one traced toward its count."""
+        # No model has settings of its own: a request the rate skips only counts.
+        if not self.models and self.server.seen + 1 < self._server_rate:
+            self.server.seen += 1
+            return False
         scope = self.models.get(model) or self.server
         own, server = scope.values, self.server.values
         level = own.get("trace_level", server["trace_level"])
@@ -185,6 +189,7 @@ class TraceSettings:
             return values["trace_level"][0] != "OFF" and values["trace_count"] != 0
 
         server = self.server.values
+        self._server_rate = server["trace_rate"]
         self.enabled = active(server) or any(
             active({**server, **scope.values}) for scope in self.models.values()
         )
