@@ -156,7 +156,7 @@ class SpanExport:
         while len(self._queue) >= (size if full_only else 1):
             spans = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
             try:
-                body = otlp.export_request(_grouped(spans))
+                body = otlp.export_request(spans)
                 await self._poster.post(body, time.monotonic() + timeout_s)
             except ExportFailed as exc:
                 self.failed += len(spans)
@@ -201,15 +201,3 @@ class SpanExport:
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return not self._queue
-
-
-def _grouped(spans: list[tuple[Any, Any, bytes]]) -> list[tuple[Any, Any, list[bytes]]]:
-    """Encoded spans by (resource, instrumentation scope), as a request carries them."""
-    groups: dict[tuple[int, int], tuple[Any, Any, list[bytes]]] = {}
-    for resource, scope, encoded in spans:
-        key = (id(resource), id(scope))
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = (resource, scope, [])
-        group[2].append(encoded)
-    return list(groups.values())

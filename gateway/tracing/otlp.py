@@ -155,25 +155,31 @@ def span(s: Any) -> bytes:
     return b"".join(parts)
 
 
-def export_request(groups: Iterable[tuple[Any, Any, Sequence[bytes]]]) -> bytes:
-    """An ExportTraceServiceRequest from (resource, instrumentation scope, encoded
-    spans) groups: one ResourceSpans per resource, one ScopeSpans per scope in it."""
-    by_resource: dict[int, tuple[Any, list[bytes]]] = {}
-    for resource, scope, spans in groups:
-        body = b""
-        if scope is not None:
-            body = _field(b"\x0a", _scope(scope))
-        body += b"".join(_field(b"\x12", s) for s in spans)
-        if scope is not None and scope.schema_url:
-            body += _text(b"\x1a", scope.schema_url)
-        entry = by_resource.setdefault(id(resource), (resource, []))
-        entry[1].append(_field(b"\x12", body))
+def export_request(spans: Iterable[tuple[Any, Any, bytes]]) -> bytes:
+    """An ExportTraceServiceRequest from (resource, instrumentation scope, encoded span)
+    triples: one ResourceSpans per resource, one ScopeSpans per scope in it, in the
+    order they first come."""
+    by_resource: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}
+    for resource, scope, encoded in spans:
+        scopes = by_resource.setdefault(id(resource), (resource, {}))[1]
+        scopes.setdefault(id(scope), (scope, []))[1].append(encoded)
     out = []
     for resource, scopes in by_resource.values():
-        body = _field(b"\x0a", attributes(resource.attributes, b"\x0a")) + b"".join(scopes)
+        body = _field(b"\x0a", attributes(resource.attributes, b"\x0a"))
+        for scope, encoded in scopes.values():
+            body += _field(b"\x12", _scope_spans(scope, encoded))
         body += _text(b"\x1a", resource.schema_url or "")
         out.append(_field(b"\x0a", body))
     return b"".join(out)
+
+
+def _scope_spans(scope: Any, spans: Sequence[bytes]) -> bytes:
+    """A ScopeSpans' body: its scope (1), its spans (2), the scope's schema (3)."""
+    body = _field(b"\x0a", _scope(scope)) if scope is not None else b""
+    body += b"".join(_field(b"\x12", s) for s in spans)
+    if scope is not None and scope.schema_url:
+        body += _text(b"\x1a", scope.schema_url)
+    return body
 
 
 def _scope(scope: Any) -> bytes:

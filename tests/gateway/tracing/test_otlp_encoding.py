@@ -80,13 +80,8 @@ SPANS = {
 @pytest.mark.parametrize("case", list(SPANS))
 def test_the_same_request_as_opentelemetrys_encoder(case: str) -> None:
     spans = SPANS[case]
-    groups: dict = {}
-    for span in spans:
-        key = (id(span.resource), id(span.instrumentation_scope))
-        groups.setdefault(key, (span.resource, span.instrumentation_scope, []))[2].append(
-            otlp.span(span)
-        )
-    ours = ExportTraceServiceRequest.FromString(otlp.export_request(groups.values()))
+    encoded = [(s.resource, s.instrumentation_scope, otlp.span(s)) for s in spans]
+    ours = ExportTraceServiceRequest.FromString(otlp.export_request(encoded))
     assert ours == encode_spans(spans)
 
 
