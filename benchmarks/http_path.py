@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -142,17 +143,26 @@ async def _measure(
 def http_path_ns(
     repository: Path,
     requests: dict[str, bytes],
+    core: int,
     rounds: int = 200,
     per_round: int = 200,
     before_round: Callable[[InferenceCore, str], None] | None = None,
     after: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, list[float]]:
     """CPU ns per request through the whole HTTP path, for each named raw request: one
-    figure a round, in the rounds' order. On the server's own event loop (uvloop).
+    figure a round, in the rounds' order. On the server's own event loop (uvloop), with
+    this process on `core` meanwhile (the server's, as pinned in the benchmarks).
     `before_round(core, name)`, where given, sets the core up for a round of `name`;
     `after()` is awaited on that loop at the end."""
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        return runner.run(_measure(repository, requests, rounds, per_round, before_round, after))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(
+                _measure(repository, requests, rounds, per_round, before_round, after)
+            )
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def paired_difference(

@@ -33,7 +33,6 @@ import argparse
 import functools
 import json
 import math
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -42,7 +41,7 @@ import numpy as np
 
 from benchmarks.http_path import http_path_ns, paired_difference, priced_verdict
 from benchmarks.open_loop import http_request
-from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to
+from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer
 from benchmarks.serving_simple import in_process_floor
 from gateway.launch import start_gateway
 from models import simple
@@ -101,15 +100,10 @@ def simple_request(model: str) -> bytes:
 
 
 def price_router(repository: Path, core: int) -> tuple[float, float, float, float]:
-    """The whole HTTP path in process on `core` (this process moves there and back), to
-    `simple` and through `routed`, in alternating rounds (http_path.paired_difference)."""
-    before = os.sched_getaffinity(0)
-    pin_to(core)
-    try:
-        rounds = http_path_ns(repository, {t: simple_request(t) for t in ("simple", "routed")})
-    finally:
-        os.sched_setaffinity(0, before)
-    return paired_difference(rounds, "simple", "routed")
+    """The whole HTTP path in process on `core`, to `simple` and through `routed`, in
+    alternating rounds (http_path.paired_difference)."""
+    requests = {t: simple_request(t) for t in ("simple", "routed")}
+    return paired_difference(http_path_ns(repository, requests, core), "simple", "routed")
 
 
 def _measure(

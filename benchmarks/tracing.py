@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import tempfile
 import threading
 import timeit
@@ -103,33 +102,22 @@ def price_one_percent(repository: Path, url: str, core: int) -> tuple[float, ...
     def set_up(core_: InferenceCore, name: str) -> None:
         core_.tracing = on if name == "1%" else off
 
-    before = os.sched_getaffinity(0)
-    pin_to(core)
-    try:
-        request = simple_request("simple")
-        rounds = http_path_ns(
-            repository, {"off": request, "1%": request}, before_round=set_up, after=on.close
-        )
-    finally:
-        os.sched_setaffinity(0, before)
+    request = simple_request("simple")
+    rounds = http_path_ns(
+        repository, {"off": request, "1%": request}, core, before_round=set_up, after=on.close
+    )
     return paired_difference(rounds, "off", "1%")
 
 
 class Server:
     """The gateway under test and the calls that steer and read it."""
 
-    def __init__(self, url: str, http_url: str, grpc_url: str) -> None:
+    def __init__(self, http_url: str, grpc_url: str) -> None:
         self.control = httpclient.InferenceServerClient(http_url)
         self.urls = {"http": http_url, "grpc": grpc_url}
-        self.setting = ""
 
     def set(self, name: str) -> None:
         self.control.update_trace_settings(settings=SETTINGS[name])
-        self.setting = name
-
-    def answered(self) -> int:
-        stats = self.control.get_inference_statistics("simple")["model_stats"][0]
-        return int(stats["inference_stats"]["success"]["count"])
 
 
 def rounds(server: Server, protocol: str, concurrency: int, args, label: str) -> dict:
@@ -185,7 +173,7 @@ def main() -> None:
             "--trace-config", f"opentelemetry,url={url}",
             log_path=Path(tmp) / "gateway.log", cpu_cores={args.server_core},
         )  # fmt: skip
-        server = Server(url, gateway.http_url, gateway.grpc_url)
+        server = Server(gateway.http_url, gateway.grpc_url)
         by_rounds: dict[tuple[str, str], list[float]] = {}
         off_rates: dict[str, float] = {}
         try:
