@@ -42,15 +42,22 @@ def compare(
             continue
         if expected.dtype.kind == "c" or got.dtype.kind == "c":
             return _incomparable(f"output '{name}': complex outputs are not compared")
-        a, b = expected.astype(np.float64), got.astype(np.float64)
-        within = within and bool(np.allclose(b, a, rtol=rtol, atol=atol, equal_nan=True))
+        has_classes = expected.dtype.kind == "f" and expected.ndim >= 1 and expected.shape[-1] > 1
+        if np.array_equal(expected, got):  # the common case, priced at one comparison
+            if has_classes and top1 is None:
+                top1 = True
+            continue
+        a, b = expected.astype(np.float64, copy=False), got.astype(np.float64, copy=False)
         if a.size:
             diff = _distance(a, b)
+            within = within and _within(a, b, diff, rtol, atol)
             max_abs = max(max_abs, float(diff.max()))
-            nonzero = a != 0
-            if nonzero.any():
-                max_rel = max(max_rel, float((diff[nonzero] / np.abs(a[nonzero])).max()))
-        if expected.dtype.kind == "f" and expected.ndim >= 1 and expected.shape[-1] > 1:
+            finite = (a != 0) & np.isfinite(a)  # a NaN or infinity shows in max_abs
+            if finite.any():
+                with np.errstate(over="ignore"):  # a tiny primary: an infinite ratio
+                    rel = diff[finite] / np.abs(a[finite])
+                max_rel = max(max_rel, float(rel.max()))
+        if has_classes:
             same_class = bool(np.array_equal(a.argmax(axis=-1), b.argmax(axis=-1)))
             top1 = same_class if top1 is None else top1 and same_class
     return Agreement(within, top1, max_abs, max_rel)
@@ -69,12 +76,24 @@ def _shape_mismatch(name: str, expected: np.ndarray, got: np.ndarray | None) -> 
 
 
 def _distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|b - a| element by element, 0 where both are NaN and infinite where one is (as
-    far apart as can be)."""
-    diff = np.abs(b - a)
-    diff[np.isnan(a) & np.isnan(b)] = 0.0
-    diff[np.isnan(diff)] = np.inf
+    """|b - a| element by element: 0 where both are NaN or the same infinity, infinite
+    where only one is NaN or the infinities differ (as far apart as can be)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, set below
+        diff = np.asarray(np.abs(b - a))  # an array even for 0-d outputs
+    undefined = np.isnan(diff)
+    if undefined.any():
+        diff[undefined] = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.inf)[undefined]
     return diff
+
+
+def _within(a: np.ndarray, b: np.ndarray, diff: np.ndarray, rtol: float, atol: float) -> bool:
+    """numpy's allclose(b, a, rtol, atol, equal_nan=True), from the distance already
+    taken: an infinite or NaN primary must be matched exactly (distance 0), and a NaN
+    never matches a number (whose bound may have overflowed to infinity too)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        bound = atol + rtol * np.abs(a)
+    close = diff <= np.where(np.isfinite(a), bound, 0.0)
+    return bool(np.all(close & (np.isnan(a) == np.isnan(b))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +137,8 @@ def compare_rows(
         diff = _distance(a, b)
         if diff.shape[1]:
             abs_error = np.maximum(abs_error, diff.max(axis=1))
-            # Over nonzero, non-NaN primaries only (a NaN shows as an infinite abs_error).
-            finite = (a != 0) & ~np.isnan(a)
+            # Over finite nonzero primaries only (a NaN or infinity shows in abs_error).
+            finite = (a != 0) & np.isfinite(a)
             rel = np.divide(diff, np.abs(a), out=np.zeros_like(diff), where=finite)
             rel_error = np.maximum(rel_error, rel.max(axis=1))
         if expected.dtype.kind == "f" and expected.ndim >= 2 and expected.shape[-1] > 1:

@@ -61,6 +61,10 @@ class Shadows:
         self.resolve = resolve
         self.tasks: set[asyncio.Task] = set()
         self.held = 0  # copies taken and not yet finished, waiting or running
+        # Copies finish together (a shadow that batches answers a whole batch at once):
+        # one comparison at a time, each in its own turn of the event loop, so that the
+        # callers' requests run between them instead of waiting out all of them.
+        self.turn = asyncio.Lock()
 
     def take(self, request: InferRequest) -> list[tuple[Shadow, InferRequest]]:
         """The copies this request gives, taken before it runs (its inputs may change
@@ -92,22 +96,30 @@ class Shadows:
         stats = shadow.stats
         start = time.monotonic_ns()
         try:
-            model = await self.resolve(shadow.model, shadow.version)
-            response = await model.infer(request)
-        except Exception as exc:  # a shadow's failure is only counted
-            stats.record_failure(start, time.monotonic_ns())
-            log.debug("shadow copy to '%s' failed: %s", shadow.model, exc)
-            return
-        except asyncio.CancelledError:  # the router closed before the copy finished
-            stats.record_failure(start, time.monotonic_ns())
-            raise
+            try:
+                model = await self.resolve(shadow.model, shadow.version)
+                response = await model.infer(request)
+            except Exception as exc:  # a shadow's failure is only counted
+                stats.record_failure(start, time.monotonic_ns())
+                log.debug("shadow copy to '%s' failed: %s", shadow.model, exc)
+                return
+            except asyncio.CancelledError:  # the router closed before the copy finished
+                stats.record_failure(start, time.monotonic_ns())
+                raise
+            stats.record_success(start, time.monotonic_ns())
+            if primary is not None:
+                await self._compare(shadow, primary, response)
         finally:
             self.held -= 1
-        stats.record_success(start, time.monotonic_ns())
-        if primary is not None:
+
+    async def _compare(
+        self, shadow: Shadow, primary: InferResponse, response: InferResponse
+    ) -> None:
+        async with self.turn:
             expected = {t.name: t.data for t in primary.outputs}
             got = {t.name: t.data for t in response.outputs}
-            stats.record(compare(expected, got, shadow.rtol, shadow.atol))
+            shadow.stats.record(compare(expected, got, shadow.rtol, shadow.atol))
+            await asyncio.sleep(0)  # the next copy compares in a later turn
 
     async def close(self, timeout_s: float = 5.0) -> None:
         """Let copies in flight finish for a while, then cancel the rest."""

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import numpy as np
@@ -46,6 +47,29 @@ def test_nan_on_one_side_is_an_infinite_error_and_on_both_sides_none():
     assert compare(a, {"y": np.array([[np.nan, 1.0]])}).max_abs_error == 0
     one_sided = compare(a, {"y": np.array([[0.0, 1.0]])})
     assert one_sided.max_abs_error == math.inf and not one_sided.within_tolerance
+
+
+def test_infinities_agree_with_the_same_infinity_only():
+    a = {"y": np.array([[np.inf, -np.inf, 2.0]])}
+    same = compare(a, {"y": np.array([[np.inf, -np.inf, 2.5]])}, rtol=0, atol=1)
+    assert same.within_tolerance and same.max_abs_error == 0.5
+    assert same.max_rel_error == 0.25  # over the finite primaries alone
+    for other in ([[np.inf, np.inf, 2.0]], [[1e300, -np.inf, 2.0]]):
+        differs = compare(a, {"y": np.array(other)}, rtol=1.0, atol=1.0)
+        assert differs.max_abs_error == math.inf and not differs.within_tolerance
+
+
+def test_tolerance_is_judged_as_numpy_allclose_with_equal_nan():
+    values = [0.0, -0.0, 1.0, 1.0 + 1e-9, 2.0, 1e-300, 5e-324, 1e308, -1e308]
+    values += [np.inf, -np.inf, np.nan]
+    for rtol, atol in ((1e-3, 1e-5), (10.0, 0.0), (0.0, 0.0)):
+        for x, y in itertools.product(values, values):
+            for shape in ((1,), ()):  # 0-d outputs too
+                primary, shadow = np.full(shape, x), np.full(shape, y)
+                with np.errstate(all="ignore"):
+                    expected = np.allclose(shadow, primary, rtol, atol, equal_nan=True)
+                got = compare({"y": primary}, {"y": shadow}, rtol, atol)
+                assert got.within_tolerance == expected, (x, y, rtol, atol, shape)
 
 
 def test_bytes_and_integers():

@@ -1,4 +1,5 @@
 import asyncio
+import itertools
 
 import numpy as np
 
@@ -73,5 +74,44 @@ def test_copies_are_compared_bounded_and_failures_only_counted():
         await shadows.close()
         assert agree.stats.failures == 1 and agree.stats.compared == 2
         assert differ.stats.compared == 2 and differ.stats.requests == 3
+
+    asyncio.run(scenario())
+
+
+def test_copies_answered_together_compare_one_loop_turn_each():
+    """A shadow that batches answers many copies at once; comparing them all in one turn
+    would hold every caller's request behind them."""
+
+    async def scenario():
+        shadow = Shadow("batched", "", 1.0, 1e-3, 1e-5)
+        answered = asyncio.Event()
+
+        class Batched:  # every copy answered by one event, as a batch would be
+            async def infer(self, request: InferRequest) -> InferResponse:
+                await answered.wait()
+                return response([0.1, 0.9])
+
+        async def resolve(name, version):
+            return Batched()
+
+        shadows = Shadows([shadow], 16, resolve)
+        for _ in range(8):
+            shadows.send(shadows.take(request()), response([0.1, 0.9]))
+        await asyncio.sleep(0.01)  # every copy waits for its batch
+
+        turns = []  # how many comparisons had been made at each turn of the loop
+
+        def tick() -> None:
+            turns.append(shadow.stats.compared)
+            if shadow.stats.compared < 8:
+                asyncio.get_running_loop().call_soon(tick)
+
+        answered.set()
+        tick()
+        await shadows.close()
+        assert shadow.stats.compared == 8
+        # Each turn saw at most one more comparison than the turn before.
+        assert max(b - a for a, b in itertools.pairwise(turns)) == 1
+        assert shadows.held == 0
 
     asyncio.run(scenario())
