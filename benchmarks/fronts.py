@@ -2,12 +2,14 @@
 in front of the one model host, over HTTP binary and gRPC.
 
     .venv/bin/python -m benchmarks.fronts [--fronts 2 4 8] [--server-cores 0-7]
-        [--client-cores 8-15] [--concurrency 64] [--measurement-ms 3000]
+        [--client-cores 8-15] [--concurrency 64] [--measurement-ms 3000] [--batching]
 
 The gateway runs on `--server-cores` (all its processes), perf_analyzer on
 `--client-cores`. Printed: each run's throughput against the in-process floor (ONNX
 Runtime at batch 1 on the first server core) and against `--workers 1` measured in the
-same run, and that ratio over N (1.0: perfect scaling). Goals (issue 15), on a machine
+same run, and that ratio over N (1.0: perfect scaling). With `--batching`, `simple` has
+dynamic batching (no delay: what has queued while an instance ran goes as one batch), so
+the host runs many requests per model call. Goals (issue 15), on a machine
 with 8 cores for the gateway: at least 0.8 x N at N = 4 and 0.7 x N at N = 8. With fewer
 server cores than fronts the figure is the cost of the hand-off, not scaling.
 """
@@ -22,6 +24,7 @@ from benchmarks.perf import PERF_ANALYZER, Measurement, perf_analyzer
 from benchmarks.serving_simple import in_process_floor
 from gateway.launch import start_gateway
 from models import simple
+from models.config_text import DynamicBatching
 
 PROTOCOLS = (("HTTP binary", "http"), ("gRPC unary", "grpc"))
 
@@ -69,19 +72,21 @@ def main() -> None:
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--batching", action="store_true", help="dynamic batching on `simple`")
     args = parser.parse_args()
     if not PERF_ANALYZER.exists():
         raise SystemExit(f"perf_analyzer is not installed at {PERF_ANALYZER}; run scripts/test")
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
-        simple.build(repository)
+        simple.build(repository, batching=DynamicBatching() if args.batching else None)
         floor = in_process_floor(repository, min(cores(args.server_cores)))
         results: dict[int, list[Measurement]] = {}
         for workers in [1, *args.fronts]:
             results[workers] = measure(repository, workers, args, Path(tmp) / f"w{workers}.log")
     print(f"\nfloor: ONNX Runtime in-process, batch 1: {floor:,.0f} /s")
+    batching = "on" if args.batching else "off"
     print(f"server cores {args.server_cores}, perf_analyzer cores {args.client_cores}, "
-          f"concurrency {args.concurrency}")  # fmt: skip
+          f"concurrency {args.concurrency}, batching {batching}")  # fmt: skip
     print(f"{'path':<13}{'workers':>8}{'infer/s':>10}{'x floor':>9}{'x one':>8}{'x one / N':>11}"
           f"{'p99 ms':>8}")  # fmt: skip
     for index, (label, _) in enumerate(PROTOCOLS):

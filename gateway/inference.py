@@ -57,6 +57,9 @@ class InferRequest:
     stream: tuple[str, list[str]] | None = None
     # A sampled request's spans (gateway/tracing/spans.py RequestTrace); None, the rule.
     trace: Any = None
+    # The client requests this one stands for: a front's bundle of them (its rows in
+    # order, gateway/fronts/bundles.py), counted as that many in statistics.
+    count: int = 1
 
 
 @dataclass(slots=True)

@@ -213,12 +213,19 @@ def render(
 def _front_families(fronts: Any) -> list[str]:
     """Front processes (gateway/fronts/supervisor.py): what each handed over, restarts."""
     requests = [({"front": str(link.index)}, link.requests) for link in fronts.links]
+    bundles = [({"front": str(link.index)}, link.bundles) for link in fronts.links]
     return [
         family(
             "accel_gateway_front_requests",
             "Inference requests each front process handed to the models",
             "counter",
             requests,
+        ),
+        family(
+            "accel_gateway_front_bundles",
+            "Bundles of a front's requests for one batching model, each run as one request",
+            "counter",
+            bundles,
         ),
         family(
             "accel_gateway_front_restarts",

@@ -60,17 +60,18 @@ class ModelStatistics:
     # Requests by duration, answered or failed: REQUEST_BUCKETS, one more for the rest.
     durations: list[int] = field(default_factory=lambda: [0] * (len(REQUEST_BUCKETS) + 1))
 
-    def record_success(self, request_ns: int, queue_ns: int) -> None:
+    def record_success(self, request_ns: int, queue_ns: int, count: int = 1) -> None:
+        """`count` requests (a bundle of them) that each took `request_ns`."""
         self.last_inference_ms = time.time_ns() // 1_000_000
-        self.success.add(request_ns)
-        self.queue.add(queue_ns)
-        self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += 1
+        self.success.add(request_ns * count, count)
+        self.queue.add(queue_ns * count, count)
+        self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += count
 
-    def record_failure(self, request_ns: int, reason: str) -> None:
+    def record_failure(self, request_ns: int, reason: str, count: int = 1) -> None:
         self.last_inference_ms = time.time_ns() // 1_000_000
-        self.fail.add(request_ns)
-        self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + 1
-        self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += 1
+        self.fail.add(request_ns * count, count)
+        self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + count
+        self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += count
 
     @property
     def duration_histogram(self) -> Histogram:

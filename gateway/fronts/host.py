@@ -18,10 +18,13 @@ import sys
 import time
 from typing import Any
 
-from accel_base.errors import GatewayError, Internal
+from accel_base.errors import GatewayError, Internal, InvalidArgument, NotFound, Unavailable
 from gateway.core import InferenceCore
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
+from gateway.inference import InferRequest, RequestedOutput
+from gateway.model import ModelVersion
+from gateway.scheduling.dynamic import DynamicBatcher
 from gateway.tracing.tracer import traced
 from workers.arena import Arena
 
@@ -51,6 +54,7 @@ class FrontLink:
         self.core = core
         self.channel: Channel | None = None
         self.requests = 0  # inference requests this front has sent, over its restarts
+        self.bundles = 0  # bundles among them (gateway/fronts/bundles.py), run as one
         self._gone: set[int] = set()  # calls whose callers went away
         self._active: set[int] = set()  # calls not answered yet
         self._tasks: set[asyncio.Task] = set()
@@ -66,6 +70,8 @@ class FrontLink:
             self.requests += 1
             self._active.add(message[1])
             self._spawn(self._infer(message, arena))
+        elif kind == "bundle":  # its requests are counted as they run, or come again alone
+            self._spawn(self._bundle(message, arena))
         elif kind == "cancel":
             if message[1] in self._active:  # else its answer has crossed the cancel
                 self._gone.add(message[1])
@@ -83,24 +89,10 @@ class FrontLink:
     async def _infer(self, message: tuple, arena: Arena | None) -> None:
         call = message[1]
         channel, gone, active = self.channel, self._gone, self._active
-        tracing = self.core.tracing
-        # The front's part is not in the trace: it starts where the host takes the request.
-        started = time.perf_counter_ns() if tracing.settings.enabled else 0
         try:
-            # The host's own loop may be the one running late (--shed-lag-ms).
-            self.core.shedder.check()
             request = wire.request_of(message, arena)
             request.client_gone = functools.partial(operator.contains, gone, call)
-            trace = tracing.start(request, "front", started, request.header) if started else None
-            if trace is None:
-                response = await self.core.infer(request)
-                reply, reply_arena = wire.answer_message(call, response)
-            else:
-                _, (reply, reply_arena) = await traced(
-                    trace,
-                    self.core.infer(request),
-                    lambda answer: wire.answer_message(call, answer),
-                )
+            reply, reply_arena = await self._answer(call, request)
         except GatewayError as exc:
             reply, reply_arena = wire.error_message(call, exc), None
         except Exception as exc:  # noqa: BLE001 - the front's caller gets it as a 500
@@ -115,13 +107,77 @@ class FrontLink:
         elif reply_arena is not None:
             reply_arena.close()
 
+    async def _answer(self, call: int, request: InferRequest) -> tuple[tuple, Arena | None]:
+        tracing = self.core.tracing
+        # The front's part is not in the trace: it starts where the host takes the request.
+        started = time.perf_counter_ns() if tracing.settings.enabled else 0
+        # The host's own loop may be the one running late (--shed-lag-ms).
+        self.core.shedder.check()
+        trace = tracing.start(request, "front", started, request.header) if started else None
+        if trace is None:
+            return wire.answer_message(call, await self.core.infer(request))
+        _, answer = await traced(
+            trace, self.core.infer(request), lambda response: wire.answer_message(call, response)
+        )
+        return answer
+
+    async def _bundle(self, message: tuple, arena: Arena | None) -> None:
+        """A front's bundle (gateway/fronts/bundles.py): run as one request of many rows
+        where the model's batcher would merge its members anyway; else, or when the
+        request is refused as malformed, "unbundle", and the members come one by one,
+        each to hear its own words."""
+        _, call, model, version, inputs, outputs, count = message
+        channel, reply_arena = self.channel, None
+        try:
+            if not self.bundle_rows(model, version):
+                reply = ("unbundle", call)
+            else:
+                self.requests += count
+                self.bundles += 1
+                request = InferRequest(
+                    model, version, "", {}, wire.unpack_tensors(inputs, arena),
+                    [RequestedOutput(name, params) for name, params in outputs], count=count,
+                )  # fmt: skip
+                reply, reply_arena = await self._answer(call, request)
+        except InvalidArgument:  # its members come again alone, and are counted then
+            self.requests -= count
+            self.bundles -= 1
+            reply = ("unbundle", call)
+        except GatewayError as exc:
+            reply = wire.error_message(call, exc)
+        except Exception as exc:  # noqa: BLE001 - the front's callers get it as a 500
+            log.exception("a bundle from front %d failed", self.index)
+            reply = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
+        if channel is not None:
+            self._reply(channel, call, reply, reply_arena)
+        elif reply_arena is not None:
+            reply_arena.close()
+
+    def bundle_rows(self, model: str, version: str = "") -> int:
+        """The rows a bundle for `model` may carry: its max_batch_size where its dynamic
+        batcher merges requests as they are (not a per-request backend, not decoupled),
+        else 0."""
+        try:
+            found = self.core.repository.get(model, version)
+        except (NotFound, Unavailable, InvalidArgument):
+            return 0
+        if not isinstance(found, ModelVersion) or found.decoupled:
+            return 0
+        scheduler = found.scheduler
+        if not isinstance(scheduler, DynamicBatcher) or scheduler.per_request:
+            return 0
+        return max(found.config.max_batch_size, 0)
+
     async def _call(self, message: tuple) -> None:
         _, call, method, arguments = message
         channel = self.channel
         try:
-            if method not in REMOTE_CALLS:
+            if method == "bundle_rows":
+                result = self.bundle_rows(*pickle.loads(arguments))
+            elif method not in REMOTE_CALLS:
                 raise Internal(f"a front asked for '{method}', which the host does not serve")
-            result = getattr(self.core, method)(*pickle.loads(arguments))
+            else:
+                result = getattr(self.core, method)(*pickle.loads(arguments))
             if inspect.isawaitable(result):
                 result = await result
             if method == "model_config":

@@ -17,7 +17,8 @@ from typing import Any
 from accel_base.errors import Internal, PayloadTooLarge, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.drain import InFlight
-from gateway.fronts import wire
+from gateway.fronts import bundles, wire
+from gateway.fronts.bundler import BUNDLE_REPLIES, Bundler
 from gateway.fronts.channel import Channel
 from gateway.inference import InferRequest, InferResponse
 from gateway.shared_memory import SharedMemoryRegistry
@@ -52,6 +53,7 @@ class RemoteCore(SharedMemoryCalls):
         self._probes: dict[int, Callable[[], bool]] = {}
         self._watcher: asyncio.Task | None = None
         self.on_control: Any = None  # (message) -> None for "serving" and "stop"
+        self.bundler = Bundler(self)
         # Off here for good: the host traces the requests (its settings are the ones the
         # trace extension reads and changes).
         self.tracing = Tracing()
@@ -60,6 +62,8 @@ class RemoteCore(SharedMemoryCalls):
 
     def on_message(self, message: tuple, arena: Arena | None) -> None:
         kind = message[0]
+        if kind in BUNDLE_REPLIES and self.bundler.answered(message, arena):
+            return
         if kind in ("answer", "error", "result"):
             waiter = self._waiting.pop(message[1], None)
             if waiter is None or waiter.done():
@@ -83,6 +87,7 @@ class RemoteCore(SharedMemoryCalls):
             if not waiter.done():
                 waiter.set_exception(Unavailable("the gateway's model host has stopped"))
         self._waiting.clear()
+        self.bundler.clear()
 
     async def _ask(self, call: int, message: tuple, arena: Arena | None = None) -> Any:
         channel = self.channel
@@ -130,10 +135,12 @@ class RemoteCore(SharedMemoryCalls):
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
-        header = request.header
-        headers = header.items() if header is not None and hasattr(header, "items") else None
         call = next(self._calls)
-        message, arena = wire.request_message(call, request, headers)
+        if self.bundler.takes_bundles(request.model_name):
+            key = bundles.bundle_key(request)
+            if key is not None:
+                return await self.bundler.infer(call, key, request)
+        message, arena = self._message(call, request)
         probe = request.client_gone
         if probe is not None:
             self._probes[call] = probe
@@ -145,6 +152,12 @@ class RemoteCore(SharedMemoryCalls):
         finally:
             self.in_flight.leave()
             self._probes.pop(call, None)
+
+    @staticmethod
+    def _message(call: int, request: InferRequest) -> tuple[tuple, Arena | None]:
+        header = request.header
+        headers = header.items() if header is not None and hasattr(header, "items") else None
+        return wire.request_message(call, request, headers)
 
     async def _watch_clients(self) -> None:
         """While calls wait, tell the host of those whose clients went away, so that it

@@ -113,7 +113,7 @@ class DynamicBatcher:
                 priority, int_parameter(request, "timeout"),
             )  # fmt: skip
         except GatewayError as exc:
-            self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED")
+            self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED", request.count)
             if isinstance(exc, Unavailable) and not isinstance(exc, Overloaded):
                 raise Unavailable(f"model '{self.rules.model}': {exc.message}") from None
             raise
@@ -135,7 +135,8 @@ class DynamicBatcher:
                 await asyncio.shield(previous)  # answer in arrival order
         except asyncio.CancelledError:
             if self.queue.remove(pending):  # still queued: it never runs
-                self.stats.record_failure(time.perf_counter_ns() - start, "CANCELED")
+                elapsed = time.perf_counter_ns() - start
+                self.stats.record_failure(elapsed, "CANCELED", request.count)
             raise
         finally:
             self.arrivals.answered(self.clock())
@@ -245,7 +246,8 @@ class DynamicBatcher:
 
     def _reject_timed_out(self, pending: Pending) -> None:
         context: _Context = pending.context
-        self.stats.record_failure(time.perf_counter_ns() - context.start_ns, "REJECTED")
+        elapsed = time.perf_counter_ns() - context.start_ns
+        self.stats.record_failure(elapsed, "REJECTED", context.request.count)
         if pending.future is not None and not pending.future.done():
             pending.future.set_exception(
                 Unavailable(
@@ -270,8 +272,9 @@ class DynamicBatcher:
             return True
         context: _Context = pending.context
         elapsed = time.perf_counter_ns() - context.start_ns
+        count = context.request.count
         if context.deadline is not None and now >= context.deadline:
-            self.stats.record_failure(elapsed, "REJECTED")
+            self.stats.record_failure(elapsed, "REJECTED", count)
             pending.future.set_exception(
                 Unavailable(
                     f"request to model '{self.rules.model}' reached its deadline before it ran"
@@ -281,7 +284,7 @@ class DynamicBatcher:
         client_gone = context.request.client_gone
         if client_gone is None or not client_gone():
             return False
-        self.stats.record_failure(elapsed, "CANCELED")
+        self.stats.record_failure(elapsed, "CANCELED", count)
         pending.future.set_exception(Cancelled("the client disconnected before the request ran"))
         return True
 
@@ -314,14 +317,16 @@ class DynamicBatcher:
             error = backend_failure(self.rules.model, exc)
             for pending in requests:
                 context: _Context = pending.context
-                self.stats.record_failure(time.perf_counter_ns() - context.start_ns, "BACKEND")
+                elapsed = time.perf_counter_ns() - context.start_ns
+                self.stats.record_failure(elapsed, "BACKEND", context.request.count)
                 if not pending.future.done():
                     pending.future.set_exception(error)
             return
         done = time.perf_counter_ns()
         # Merging, padding and the hand-off to the instance count as compute input.
+        served = sum(p.context.request.count for p in requests)  # a bundle: its requests
         self.stats.record_execution(
-            padded_rows, len(requests), (ran - start) - infer_ns, infer_ns, done - ran, rows=rows
+            padded_rows, served, (ran - start) - infer_ns, infer_ns, done - ran, rows=rows
         )
         for index, (pending, part) in enumerate(zip(requests, parts, strict=True)):
             context = pending.context
@@ -334,7 +339,7 @@ class DynamicBatcher:
             else:
                 pending.future.set_result(part)
                 queue_ns = start - context.queued_ns
-                self.stats.record_success(done - context.start_ns, queue_ns)
+                self.stats.record_success(done - context.start_ns, queue_ns, context.request.count)
         if self._traced:
             batch_ran(
                 ((p.context.request.trace, p.context.queued_ns) for p in requests),

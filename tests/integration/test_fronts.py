@@ -20,17 +20,19 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from models import simple
+from models.config_text import DynamicBatching
 from models.mlp import reference_outputs, write_mlp
+from tests.conftest import infer_concurrently
 
 BATCH = 16  # requests that fill the window's one batch
 
 
-def front_requests(server) -> dict[str, int]:
-    """accel_gateway_front_requests by front, from the host's metrics."""
+def front_requests(server, metric: str = "accel_gateway_front_requests") -> dict[str, int]:
+    """A front metric (requests, unless told) by front, from the host's metrics."""
     text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
     counts = {}
     for line in text.splitlines():
-        if line.startswith("accel_gateway_front_requests{"):
+        if line.startswith(metric + "{"):
             labels, value = line.rsplit(" ", 1)
             counts[labels.split('"')[1]] = int(value)
     return counts
@@ -85,6 +87,7 @@ def two_fronts(tmp_path, server_factory):
               max_queue_delay_us=10_000_000, preferred_batch_sizes=(BATCH,),
               adaptive_window=False)  # fmt: skip
     simple.build(repository)
+    simple.build(repository, "simple_batched", DynamicBatching())
     return server_factory(repository, "--workers", "2"), repository
 
 
@@ -197,3 +200,53 @@ def test_a_front_stopped_alone_drains_while_the_other_takes_new_connections(two_
         thread.join(30)
     assert all(isinstance(r, np.ndarray) for r in results), results
     assert len(results) == BATCH - 1
+
+
+def simple_inputs(data: np.ndarray, client=httpclient) -> list:
+    tensors = []
+    for name, values in (("INPUT0", data), ("INPUT1", data + 1)):
+        tensor = client.InferInput(name, list(values.shape), "INT32")
+        tensor.set_data_from_numpy(values)
+        tensors.append(tensor)
+    return tensors
+
+
+def test_fronts_bundle_requests_for_a_batching_model_and_answer_each_its_own(two_fronts):
+    server, _ = two_fronts
+    wait_until_every_front_serves(server)
+    rng = np.random.default_rng(5)
+    data = [rng.integers(-1000, 1000, (1, 16), dtype=np.int32) for _ in range(1200)]
+    results = infer_concurrently(
+        server.http_url, "simple_batched", [simple_inputs(d) for d in data], workers=32
+    )
+    for values, result in zip(data, results, strict=True):
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * values + 1)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.full((1, 16), -1))
+    # Requests that met in one turn of a front went to the host as one.
+    assert sum(front_requests(server, "accel_gateway_front_bundles").values()) > 0
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics("simple_batched")["model_stats"][0]
+    client.close()
+    # ... and each is counted as the request it is.
+    assert stats["inference_stats"]["success"]["count"] == len(data)
+    assert stats["inference_count"] == len(data)
+
+    # Malformed requests alike fail alike, each with its own shape named, not its bundle's.
+    wrong = [simple_inputs(np.zeros((1, 15), np.int32)) for _ in range(200)]
+    errors = infer_concurrently(server.http_url, "simple_batched", wrong, workers=32, errors=True)
+    for error in errors:
+        assert "got [1,15]" in str(error) and error.status() == "400", error
+
+    # gRPC's calls are bundled too (tritonclient's gRPC client, one per thread).
+    def over_grpc(values: np.ndarray) -> np.ndarray:
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            inputs = simple_inputs(values, grpcclient)
+            return grpc.infer("simple_batched", inputs).as_numpy("OUTPUT0")
+        finally:
+            grpc.close()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        outputs = list(pool.map(over_grpc, data[:300]))
+    for values, output in zip(data, outputs, strict=False):
+        np.testing.assert_array_equal(output, 2 * values + 1)
