@@ -2,15 +2,18 @@
 when its fronts cost nothing. N front processes together serve at most this (issue 15).
 
     .venv/bin/python -m benchmarks.model_host [--host-core 0] [--feeder-cores 1] [--feeders 1]
-        [--window 128] [--seconds 5] [--batching]
+        [--window 128] [--seconds 5] [--batching] [--bundle K]
 
 The host (this process, on --host-core) runs the gateway's own repository, InferenceCore,
 FrontLink and Channel, as `--workers N` does. Feeder processes on --feeder-cores, one a
 channel, stand in for the fronts: together they keep --window requests outstanding, as
 already-encoded "infer" messages, and send a new one for each answer, the answers of one
-read together (as a front gathers one turn's requests). Printed: the host's answers per
-second, against the in-process floor (ONNX Runtime at batch 1 on the host core) measured in
-the same run.
+read together (as a front gathers one turn's requests). With `--bundle K` (and
+`--batching`), the feeders send K requests as one bundle of K rows
+(gateway/fronts/bundles.py), as fronts do with requests that meet in one turn: an answer
+then counts K, and --window still counts requests. Printed: the host's answers per second,
+against the in-process floor (ONNX Runtime at batch 1 on the host core) measured in the
+same run.
 """
 
 from __future__ import annotations
@@ -42,17 +45,22 @@ from models.config_text import DynamicBatching
 WARMUP_S = 1.0
 
 
-def infer_message(call: int) -> bytes:
+def infer_message(call: int, rows: int = 1) -> bytes:
+    """An "infer" message for `simple`, or with `rows` above 1 a bundle of that many."""
     inputs = [
-        Tensor("INPUT0", "INT32", np.arange(16, dtype=np.int32).reshape(1, 16)),
-        Tensor("INPUT1", "INT32", np.ones((1, 16), dtype=np.int32)),
+        Tensor("INPUT0", "INT32", np.tile(np.arange(16, dtype=np.int32), (rows, 1))),
+        Tensor("INPUT1", "INT32", np.ones((rows, 16), dtype=np.int32)),
     ]
-    message, arena = wire.request_message(call, InferRequest("simple", inputs=inputs), None)
-    assert arena is None  # 128 bytes travel inline
+    if rows > 1:
+        packed, arena = wire.pack_tensors(inputs)
+        message = ("bundle", call, "simple", "", packed, [], rows)
+    else:
+        message, arena = wire.request_message(call, InferRequest("simple", inputs=inputs), None)
+    assert arena is None  # small tensors travel inline
     return wire.encode(message)
 
 
-def feed(fd: int, window: int, seconds: float) -> None:
+def feed(fd: int, window: int, seconds: float, rows: int) -> None:
     """The feeder process: keep `window` requests outstanding for WARMUP_S + `seconds`;
     print the answers counted after the warm-up and the seconds they took."""
     import socket
@@ -61,7 +69,7 @@ def feed(fd: int, window: int, seconds: float) -> None:
     sock.setblocking(True)
     buffer = bytearray(wire.MAX_MESSAGE_BYTES)
     calls = itertools.count()
-    sock.send(wire.join([infer_message(next(calls)) for _ in range(window)]))
+    sock.send(wire.join([infer_message(next(calls), rows) for _ in range(window)]))
     start = time.perf_counter()
     counted, mark, errors = 0, None, 0
     while True:
@@ -72,10 +80,10 @@ def feed(fd: int, window: int, seconds: float) -> None:
         if mark is None and now - start >= WARMUP_S:
             mark = now
         elif mark is not None:
-            counted += len(answers)
+            counted += len(answers) * rows
             if now - mark >= seconds:
                 break
-        sock.send(wire.join([infer_message(next(calls)) for _ in answers]))
+        sock.send(wire.join([infer_message(next(calls), rows) for _ in answers]))
     print(counted, now - mark, errors, flush=True)
     sock.close()
 
@@ -108,11 +116,18 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batching", action="store_true", help="dynamic batching on `simple`")
+    parser.add_argument(
+        "--bundle", type=int, default=1, help="requests a bundle carries (needs --batching)"
+    )
     parser.add_argument("--feed-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.feed_fd is not None:
-        feed(args.feed_fd, args.window, args.seconds)
+        feed(args.feed_fd, args.window, args.seconds, args.bundle)
         return
+    if args.bundle > 1 and not args.batching:
+        parser.error("--bundle needs --batching: the host runs bundles for batching models only")
+    if not 1 <= args.bundle <= simple.MAX_BATCH_SIZE:
+        parser.error(f"--bundle must be 1 to {simple.MAX_BATCH_SIZE} (simple's max_batch_size)")
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
         batching = DynamicBatching() if args.batching else None
@@ -124,8 +139,8 @@ def main() -> None:
             feeders.append(subprocess.Popen(
                 ["taskset", "-c", args.feeder_cores, sys.executable, "-m",
                  "benchmarks.model_host", "--feed-fd", str(front_end.fileno()),
-                 "--window", str(max(1, args.window // args.feeders)),
-                 "--seconds", str(args.seconds)],
+                 "--window", str(max(1, args.window // args.feeders // args.bundle)),
+                 "--seconds", str(args.seconds), "--bundle", str(args.bundle)],
                 pass_fds=[front_end.fileno()], stdout=subprocess.PIPE, text=True,
             ))  # fmt: skip
             front_end.close()
@@ -138,7 +153,8 @@ def main() -> None:
     errors = sum(int(e) for _, _, e in reports)
     print(f"\nfloor: ONNX Runtime in-process, batch 1: {floor:,.0f} /s")
     print(f"model host on core {args.host_core}, {args.feeders} channel(s), window "
-          f"{args.window}, batching {'on' if args.batching else 'off'}: {rate:,.0f} answers/s "
+          f"{args.window}, batching {'on' if args.batching else 'off'}, bundles of "
+          f"{args.bundle}: {rate:,.0f} answers/s "
           f"({rate / floor:.3f} x floor, {1e6 / rate:.1f} us each), {errors} errors")  # fmt: skip
 
 

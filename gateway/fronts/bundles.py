@@ -48,6 +48,8 @@ def bundle_key(request: InferRequest) -> Hashable | None:
                 return None  # inputs of different row counts: the batcher says why
             rows = data.shape[0]
         inputs.append((tensor.name, tensor.datatype, data.dtype.str, data.shape[1:]))
+    if rows < 1:  # alone it is refused (batch size 0); in a bundle it would pass
+        return None
     try:
         outputs = tuple((o.name, tuple(sorted(o.parameters.items()))) for o in request.outputs)
         key = (request.model_name, request.model_version, tuple(inputs), outputs)

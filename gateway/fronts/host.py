@@ -127,27 +127,33 @@ class FrontLink:
         request is refused as malformed, "unbundle", and the members come one by one,
         each to hear its own words."""
         _, call, model, version, inputs, outputs, count = message
-        channel, reply_arena = self.channel, None
+        channel, gone, active, reply_arena = self.channel, self._gone, self._active, None
         try:
-            if not self.bundle_rows(model, version):
-                reply = ("unbundle", call)
+            rows = self.bundle_rows(model, version)
+            if not rows:
+                reply = ("unbundle", call, rows)
             else:
                 self.requests += count
                 self.bundles += 1
+                active.add(call)  # the front cancels it once every member's caller has left
                 request = InferRequest(
                     model, version, "", {}, wire.unpack_tensors(inputs, arena),
                     [RequestedOutput(name, params) for name, params in outputs], count=count,
+                    client_gone=functools.partial(operator.contains, gone, call),
                 )  # fmt: skip
                 reply, reply_arena = await self._answer(call, request)
         except InvalidArgument:  # its members come again alone, and are counted then
             self.requests -= count
             self.bundles -= 1
-            reply = ("unbundle", call)
+            reply = ("unbundle", call, rows)
         except GatewayError as exc:
             reply = wire.error_message(call, exc)
         except Exception as exc:  # noqa: BLE001 - the front's callers get it as a 500
             log.exception("a bundle from front %d failed", self.index)
             reply = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
+        finally:
+            gone.discard(call)
+            active.discard(call)
         if channel is not None:
             self._reply(channel, call, reply, reply_arena)
         elif reply_arena is not None:
@@ -156,7 +162,9 @@ class FrontLink:
     def bundle_rows(self, model: str, version: str = "") -> int:
         """The rows a bundle for `model` may carry: its max_batch_size where its dynamic
         batcher merges requests as they are (not a per-request backend, not decoupled),
-        else 0."""
+        else 0; 0 too while requests are logged or traced one by one."""
+        if self.core.access_log or self.core.tracing.settings.enabled:
+            return 0
         try:
             found = self.core.repository.get(model, version)
         except (NotFound, Unavailable, InvalidArgument):

@@ -136,21 +136,23 @@ class RemoteCore(SharedMemoryCalls):
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
         call = next(self._calls)
-        if self.bundler.takes_bundles(request.model_name):
-            key = bundles.bundle_key(request)
-            if key is not None:
-                return await self.bundler.infer(call, key, request)
-        message, arena = self._message(call, request)
         probe = request.client_gone
         if probe is not None:
             self._probes[call] = probe
             if self._watcher is None or self._watcher.done():
                 self._watcher = asyncio.ensure_future(self._watch_clients())
-        self.in_flight.enter()
         try:
-            return await self._ask(call, message, arena)
+            if self.bundler.takes_bundles(request):
+                key = bundles.bundle_key(request)
+                if key is not None:
+                    return await self.bundler.infer(call, key, request)
+            message, arena = self._message(call, request)
+            self.in_flight.enter()
+            try:
+                return await self._ask(call, message, arena)
+            finally:
+                self.in_flight.leave()
         finally:
-            self.in_flight.leave()
             self._probes.pop(call, None)
 
     @staticmethod
@@ -168,6 +170,8 @@ class RemoteCore(SharedMemoryCalls):
             for call, probe in list(self._probes.items()):
                 if probe():
                     del self._probes[call]
+                    if self.bundler.client_gone(call):
+                        continue
                     if channel is not None and self._waiting.get(call) is not None:
                         channel.send(("cancel", call))
 

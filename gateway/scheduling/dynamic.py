@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel_base import batch as batching
-from accel_base.errors import Cancelled, GatewayError, Unavailable
+from accel_base.errors import Cancelled, GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.inference import InferRequest, InferResponse
 from gateway.scheduling.admission import Admission, Overloaded, deadline_of, int_parameter
@@ -110,10 +110,14 @@ class DynamicBatcher:
             self.admission.check(len(self._running), self.queue.rows, self.pending, now, deadline)
             pending = self.queue.push(
                 feed, output_names, max(rows, 1), batching.merge_key(feed), now,
-                priority, int_parameter(request, "timeout"),
+                priority, int_parameter(request, "timeout"), request.count,
             )  # fmt: skip
         except GatewayError as exc:
-            self.stats.record_failure(time.perf_counter_ns() - start, "REJECTED", request.count)
+            # A front's bundle refused as malformed comes again as its members, each
+            # counted then (gateway/fronts/host.py).
+            if request.count == 1 or not isinstance(exc, InvalidArgument):
+                elapsed = time.perf_counter_ns() - start
+                self.stats.record_failure(elapsed, "REJECTED", request.count)
             if isinstance(exc, Unavailable) and not isinstance(exc, Overloaded):
                 raise Unavailable(f"model '{self.rules.model}': {exc.message}") from None
             raise
@@ -126,7 +130,7 @@ class DynamicBatcher:
         previous, done = self._last_done, None
         if self.preserve_ordering:
             done = self._last_done = loop.create_future()
-        self.arrivals.arrived(now)
+        self.arrivals.arrived(now, request.count)
         self._ensure_driver()
         self._arrival.set()
         try:
@@ -139,7 +143,7 @@ class DynamicBatcher:
                 self.stats.record_failure(elapsed, "CANCELED", request.count)
             raise
         finally:
-            self.arrivals.answered(self.clock())
+            self.arrivals.answered(self.clock(), request.count)
             if traced:
                 self._traced -= 1
             if done is not None:
@@ -334,7 +338,7 @@ class DynamicBatcher:
                 continue
             failure = failures.get(index) if failures else None
             if failure is not None:  # this request alone failed (a per-request backend)
-                self.stats.record_failure(done - context.start_ns, "BACKEND")
+                self.stats.record_failure(done - context.start_ns, "BACKEND", pending.count)
                 pending.future.set_exception(failure)
             else:
                 pending.future.set_result(part)

@@ -60,6 +60,7 @@ class Pending:
     future: asyncio.Future | None = None
     delayed: bool = False  # timed out under DELAY: served after everything else
     context: Any = None  # what the driver needs to answer it (request, timings)
+    count: int = 1  # the client requests it stands for (a front's bundle of them)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class RequestQueue:
     def __post_init__(self) -> None:
         self._queues = {level: deque() for level in range(1, self.levels + 1)}
         self._delayed = deque()
+        self.requests = 0  # client requests queued, a bundle counted as its members
         self._timeouts = any(
             p.default_timeout_us or p.allow_timeout_override for p in self.policies.values()
         )
@@ -105,7 +107,8 @@ class RequestQueue:
         return cls(levels, default_level, policies, max_total)
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._queues.values()) + len(self._delayed)
+        """Client requests queued (what max_queue_size bounds)."""
+        return self.requests
 
     def level_for(self, requested: int | None) -> int:
         """Priority 0 or none means the default level, as in Triton."""
@@ -126,13 +129,15 @@ class RequestQueue:
         now: float,
         priority: int | None = None,
         timeout_us: int | None = None,
+        count: int = 1,
     ) -> Pending:
         level = self.level_for(priority)
         policy = self.policies[level]
         queue = self._queues[level]
-        if len(self) >= self.max_total:
+        if self.requests + count > self.max_total:
             raise Unavailable(f"the queue is full ({self.max_total} requests pending); retry later")
-        if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+        queued = sum(p.count for p in queue) if policy.max_queue_size else 0
+        if policy.max_queue_size and queued + count > policy.max_queue_size:
             raise Unavailable(
                 f"the queue of priority level {level} is full (max_queue_size "
                 f"{policy.max_queue_size}); retry later"
@@ -140,11 +145,12 @@ class RequestQueue:
         timeout = policy.timeout_us(timeout_us)
         pending = Pending(
             feed, output_names, rows, key, level, now,
-            now + timeout / 1e6 if timeout else None, self._next_sequence,
+            now + timeout / 1e6 if timeout else None, self._next_sequence, count=count,
         )  # fmt: skip
         self._next_sequence += 1
         queue.append(pending)
         self.rows += rows
+        self.requests += count
         return pending
 
     def in_order(self) -> Iterator[Pending]:
@@ -164,6 +170,7 @@ class RequestQueue:
         except ValueError:
             return False
         self.rows -= pending.rows
+        self.requests -= pending.count
         return True
 
     def expire(self, now: float) -> list[Pending]:
@@ -182,6 +189,7 @@ class RequestQueue:
                 else:
                     rejected.append(pending)
                     self.rows -= pending.rows
+                    self.requests -= pending.count
         return rejected
 
     def next_deadline(self) -> float | None:

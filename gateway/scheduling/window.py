@@ -92,19 +92,19 @@ class ArrivalRate:
             ceiling, hits = self._peak_before, self._hits_before
         return ceiling > 0 and self._pending >= ceiling and hits >= CEILING_HITS
 
-    def arrived(self, now: float) -> None:
-        """A request of the model was accepted."""
+    def arrived(self, now: float, count: int = 1) -> None:
+        """A request of the model was accepted (`count` of them at once: a front's bundle,
+        whose members after the first each find company)."""
         self._advance(now)
-        if self._pending:
-            self._overlaps += 1.0
-        self._pending += 1
+        self._overlaps += count if self._pending else count - 1
+        self._pending += count
         self._track_peak(now)
         self._reach()
 
-    def answered(self, now: float) -> None:
+    def answered(self, now: float, count: int = 1) -> None:
         """A request of the model left: answered, refused or cancelled."""
         self._advance(now)
-        self._pending = max(self._pending - 1, 0)
+        self._pending = max(self._pending - count, 0)
 
     @property
     def pending(self) -> int:

@@ -236,6 +236,11 @@ def test_fronts_bundle_requests_for_a_batching_model_and_answer_each_its_own(two
     errors = infer_concurrently(server.http_url, "simple_batched", wrong, workers=32, errors=True)
     for error in errors:
         assert "got [1,15]" in str(error) and error.status() == "400", error
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics("simple_batched")["model_stats"][0]
+    client.close()
+    assert stats["inference_stats"]["fail"]["count"] == len(wrong)  # each counted once
+    bundled = sum(front_requests(server, "accel_gateway_front_bundles").values())
 
     # gRPC's calls are bundled too (tritonclient's gRPC client, one per thread).
     def over_grpc(values: np.ndarray) -> np.ndarray:
@@ -246,7 +251,8 @@ def test_fronts_bundle_requests_for_a_batching_model_and_answer_each_its_own(two
         finally:
             grpc.close()
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        outputs = list(pool.map(over_grpc, data[:300]))
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        outputs = list(pool.map(over_grpc, data[:600]))
     for values, output in zip(data, outputs, strict=False):
         np.testing.assert_array_equal(output, 2 * values + 1)
+    assert sum(front_requests(server, "accel_gateway_front_bundles").values()) > bundled

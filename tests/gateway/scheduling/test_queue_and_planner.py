@@ -125,6 +125,20 @@ def test_queue_full():
         push(bounded, now=0.0)
 
 
+def test_a_bundle_counts_as_its_requests_against_the_bounds():
+    queue = make_queue("default_queue_policy { max_queue_size: 4 }")
+    push(queue, now=0.0, rows=3, count=3)
+    with pytest.raises(Unavailable, match="max_queue_size 4"):
+        push(queue, now=0.0, rows=2, count=2)
+    last = push(queue, now=0.0)
+    assert len(queue) == 4
+    assert queue.remove(last) and len(queue) == 3
+    bounded = make_queue(max_total=5)
+    push(bounded, now=0.0, rows=4, count=4)
+    with pytest.raises(Unavailable, match="5 requests pending"):
+        push(bounded, now=0.0, rows=2, count=2)
+
+
 def test_removed_request_leaves_the_queue():
     queue = make_queue()
     pending = push(queue, now=0.0)

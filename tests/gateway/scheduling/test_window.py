@@ -37,6 +37,17 @@ def test_arrivals_that_overlap_give_their_rate_per_pending_second():
     assert not worth_waiting(rate.per_second(now), 0.0005)  # 0.5 expected
 
 
+def test_a_bundle_is_its_requests_arriving_together():
+    bundle, single = ArrivalRate(), ArrivalRate()
+    bundle.arrived(0.0, 4)  # the first finds nobody pending; the other three find it
+    for _ in range(4):
+        single.arrived(0.0)
+    assert bundle.pending == single.pending == 4
+    assert bundle._overlaps == single._overlaps == 3.0
+    bundle.answered(0.001, 4)
+    assert bundle.pending == 0
+
+
 def test_clients_that_are_all_pending_already_bring_no_company():
     rate = ArrivalRate()
     now = 0.0
