@@ -6,8 +6,8 @@ fronts serve together (benchmarks/model_host.py). A bundle of K requests costs t
 one decode, one validation, one place in the batcher's queue and one answer; the front
 merges the inputs and splits the outputs, work that grows with the fronts. Only requests
 that could not tell the difference are bundled: same model, version, inputs (names,
-datatypes, trailing shapes), requested outputs and no parameters of their own beyond the
-front's `binary_data_output`, no deadline, no trace context. The host runs a bundle only
+datatypes, trailing shapes), requested outputs and no parameters of their own beyond
+FRONT_PARAMETERS, no deadline, no trace context. The host runs a bundle only
 for a model whose dynamic batcher would merge the requests anyway, and otherwise answers
 "unbundle": the front then sends the members one by one, each answered as it would have
 been (its own errors included).
@@ -21,8 +21,10 @@ import numpy as np
 
 from gateway.inference import InferRequest, InferResponse, Tensor
 
-# Request parameters that only the front reads (how the HTTP front encodes the answer).
-FRONT_PARAMETERS = frozenset({"binary_data_output"})
+# Request parameters a bundle's members may carry: what only the front reads (how the
+# HTTP front encodes the answer), and what only a decoupled model's stream reads (which
+# takes no bundles; tritonclient's and perf_analyzer's gRPC calls all carry it).
+FRONT_PARAMETERS = frozenset({"binary_data_output", "triton_enable_empty_final_response"})
 
 
 def bundle_key(request: InferRequest) -> Hashable | None:
