@@ -17,7 +17,10 @@ server cores than fronts the figure is the cost of the hand-off, not scaling.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 from benchmarks.perf import PERF_ANALYZER, Measurement, perf_analyzer
@@ -38,6 +41,37 @@ def cores(text: str) -> set[int]:
     return chosen
 
 
+def fronts_serving(metrics_port: int) -> int:
+    """How many fronts have handed a request to the host (accel_gateway_front_requests)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return sum(
+        1 for line in text.splitlines()
+        if line.startswith("accel_gateway_front_requests{") and float(line.split()[-1]) > 0
+    )  # fmt: skip
+
+
+def wait_until_every_front_serves(server, fronts: int, timeout_s: float = 60.0) -> None:
+    """The server is ready once one front listens. A connection stays with the front that
+    accepted it, so perf_analyzer's connections, opened before every front listened,
+    would load a few fronts only: requests on new connections until each has served."""
+    if fronts < 2:
+        return
+    body = json.dumps({
+        "inputs": [{"name": name, "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}
+                   for name in ("INPUT0", "INPUT1")],
+    }).encode()  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while fronts_serving(server.metrics_port) < fronts:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {fronts_serving(server.metrics_port)} of {fronts} fronts serve")
+        request = urllib.request.Request(
+            f"http://{server.http_url}/v2/models/simple/infer", body,
+            {"Content-Type": "application/json", "Connection": "close"},
+        )  # fmt: skip
+        urllib.request.urlopen(request, timeout=5).read()
+
+
 def measure(repository: Path, workers: int, args: argparse.Namespace, log: Path) -> list:
     server = start_gateway(
         repository, "--log-level", "warning", "--workers", str(workers),
@@ -45,6 +79,7 @@ def measure(repository: Path, workers: int, args: argparse.Namespace, log: Path)
         log_path=log, cpu_cores=cores(args.server_cores),
     )  # fmt: skip
     try:
+        wait_until_every_front_serves(server, workers)
         runs = []
         for label, protocol in PROTOCOLS:
             url = server.grpc_url if protocol == "grpc" else server.http_url
