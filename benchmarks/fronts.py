@@ -7,20 +7,28 @@ in front of the one model host, over HTTP binary and gRPC.
 The gateway runs on `--server-cores` (all its processes), perf_analyzer on
 `--client-cores`. Printed: each run's throughput against the in-process floor (ONNX
 Runtime at batch 1 on the first server core) and against `--workers 1` measured in the
-same run, and that ratio over N (1.0: perfect scaling). With `--batching`, `simple` has
-dynamic batching (no delay: what has queued while an instance ran goes as one batch), so
-the host runs many requests per model call. Goals (issue 15), on a machine
-with 8 cores for the gateway: at least 0.8 x N at N = 4 and 0.7 x N at N = 8. With fewer
+same run, and that ratio over N (1.0: perfect scaling); and where the server's CPU went
+during each run, read from /proc: microseconds a request in the host process and in all
+fronts together, and requests a bundle. Before measuring, requests on new connections
+until every front has served one (a connection stays with the front that accepted it).
+With `--batching`, `simple` has dynamic batching (no delay: what has queued while an
+instance ran goes as one batch), so the host runs many requests per model call, and
+fronts bundle them (gateway/fronts/bundles.py). Goals (issue 15), on a machine with 8
+cores for the gateway: at least 0.8 x N at N = 4 and 0.7 x N at N = 8. With fewer
 server cores than fronts the figure is the cost of the hand-off, not scaling.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.perf import PERF_ANALYZER, Measurement, perf_analyzer
@@ -41,14 +49,61 @@ def cores(text: str) -> set[int]:
     return chosen
 
 
-def fronts_serving(metrics_port: int) -> int:
-    """How many fronts have handed a request to the host (accel_gateway_front_requests)."""
+def front_metric(metrics_port: int, name: str) -> list[float]:
+    """A per-front metric's values (accel_gateway_front_requests, _bundles)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    return sum(
-        1 for line in text.splitlines()
-        if line.startswith("accel_gateway_front_requests{") and float(line.split()[-1]) > 0
-    )  # fmt: skip
+    return [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{")]
+
+
+def fronts_serving(metrics_port: int) -> int:
+    """How many fronts have handed a request to the host."""
+    return sum(1 for n in front_metric(metrics_port, "accel_gateway_front_requests") if n > 0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def front_pids(host: int) -> list[int]:
+    children = Path(f"/proc/{host}/task/{host}/children").read_text().split()
+    return [
+        pid for pid in map(int, children)
+        if b"gateway.fronts.main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]  # fmt: skip
+
+
+@dataclass
+class Where:
+    """Where one run's server CPU went: microseconds a request in the host and in all
+    fronts together, and requests a bundle (0: none bundled)."""
+
+    host_us: float
+    fronts_us: float
+    per_bundle: float
+
+
+def answered(server) -> int:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/simple/stats") as reply:
+        stats = json.loads(reply.read())["model_stats"][0]["inference_stats"]
+    return stats["success"]["count"]
+
+
+def measured_where(server, workers: int, run: Callable[[], Measurement]) -> tuple:
+    """`run()`'s measurement, with where the server's CPU went meanwhile."""
+    host = server.process.pid
+    fronts = front_pids(host) if workers > 1 else []
+    bundles = lambda: sum(front_metric(server.metrics_port, "accel_gateway_front_bundles"))  # noqa: E731
+    before = (answered(server), bundles(), cpu_seconds(host), sum(map(cpu_seconds, fronts)))
+    measurement = run()
+    after = (answered(server), bundles(), cpu_seconds(host), sum(map(cpu_seconds, fronts)))
+    requests, bundled, host_s, fronts_s = (b - a for a, b in zip(before, after, strict=True))
+    requests = max(requests, 1)
+    where = Where(1e6 * host_s / requests, 1e6 * fronts_s / requests,
+                  requests / bundled if bundled else 0.0)  # fmt: skip
+    return measurement, where
 
 
 def wait_until_every_front_serves(server, fronts: int, timeout_s: float = 60.0) -> None:
@@ -83,18 +138,11 @@ def measure(repository: Path, workers: int, args: argparse.Namespace, log: Path)
         runs = []
         for label, protocol in PROTOCOLS:
             url = server.grpc_url if protocol == "grpc" else server.http_url
-            runs.append(
-                perf_analyzer(
-                    "simple",
-                    url,
-                    protocol,
-                    args.concurrency,
-                    args.client_cores,
-                    f"{label} workers={workers}",
-                    (),
-                    args.measurement_ms,
-                )  # fmt: skip
-            )
+            run = functools.partial(
+                perf_analyzer, "simple", url, protocol, args.concurrency, args.client_cores,
+                f"{label} workers={workers}", (), args.measurement_ms,
+            )  # fmt: skip
+            runs.append(measured_where(server, workers, run))
         return runs
     finally:
         server.stop()
@@ -115,7 +163,7 @@ def main() -> None:
         repository = Path(tmp) / "repository"
         simple.build(repository, batching=DynamicBatching() if args.batching else None)
         floor = in_process_floor(repository, min(cores(args.server_cores)))
-        results: dict[int, list[Measurement]] = {}
+        results: dict[int, list[tuple[Measurement, Where]]] = {}
         for workers in [1, *args.fronts]:
             results[workers] = measure(repository, workers, args, Path(tmp) / f"w{workers}.log")
     print(f"\nfloor: ONNX Runtime in-process, batch 1: {floor:,.0f} /s")
@@ -123,18 +171,20 @@ def main() -> None:
     print(f"server cores {args.server_cores}, perf_analyzer cores {args.client_cores}, "
           f"concurrency {args.concurrency}, batching {batching}")  # fmt: skip
     print(f"{'path':<13}{'workers':>8}{'infer/s':>10}{'x floor':>9}{'x one':>8}{'x one / N':>11}"
-          f"{'p99 ms':>8}")  # fmt: skip
+          f"{'p99 ms':>8}{'host us':>9}{'fronts us':>11}{'a bundle':>10}")  # fmt: skip
     for index, (label, _) in enumerate(PROTOCOLS):
-        one = results[1][index].throughput
+        one = results[1][index][0].throughput
         for workers, runs in results.items():
-            run = runs[index]
+            run, where = runs[index]
             ratio = run.throughput / one if one else float("nan")
             print(
                 f"{label:<13}{workers:>8}{run.throughput:>10,.0f}{run.throughput / floor:>9.3f}"
                 f"{ratio:>8.3f}{ratio / workers:>11.3f}{run.p99_us / 1000:>8.2f}"
+                f"{where.host_us:>9.1f}{where.fronts_us:>11.1f}{where.per_bundle:>10.1f}"
             )
     print("(x one: against --workers 1 in this run; goals with 8 server cores: x one / N "
-          ">= 0.8 at N=4, >= 0.7 at N=8)")  # fmt: skip
+          ">= 0.8 at N=4, >= 0.7 at N=8. host us, fronts us: CPU time a request in the "
+          "host process and in all fronts together; a bundle: requests a bundle)")  # fmt: skip
 
 
 if __name__ == "__main__":
