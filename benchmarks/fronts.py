@@ -78,7 +78,8 @@ def front_pids(host: int) -> list[int]:
 @dataclass
 class Where:
     """Where one run's server CPU went: microseconds a request in the host and in all
-    fronts together, and requests a bundle (0: none bundled)."""
+    fronts together (NaN where unknown: no request answered, or a front restarted), and
+    requests a bundle carried (0: none bundled)."""
 
     host_us: float
     fronts_us: float
@@ -86,7 +87,8 @@ class Where:
 
 
 def answered(server) -> int:
-    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/simple/stats") as reply:
+    url = f"http://{server.http_url}/v2/models/simple/stats"
+    with urllib.request.urlopen(url, timeout=5) as reply:
         stats = json.loads(reply.read())["model_stats"][0]["inference_stats"]
     return stats["success"]["count"]
 
@@ -95,15 +97,31 @@ def measured_where(server, workers: int, run: Callable[[], Measurement]) -> tupl
     """`run()`'s measurement, with where the server's CPU went meanwhile."""
     host = server.process.pid
     fronts = front_pids(host) if workers > 1 else []
-    bundles = lambda: sum(front_metric(server.metrics_port, "accel_gateway_front_bundles"))  # noqa: E731
-    before = (answered(server), bundles(), cpu_seconds(host), sum(map(cpu_seconds, fronts)))
+
+    def reading() -> tuple[float, ...]:
+        port = server.metrics_port
+        return (
+            answered(server),
+            sum(front_metric(port, "accel_gateway_front_bundles")),
+            sum(front_metric(port, "accel_gateway_front_bundled_requests")),
+            cpu_seconds(host),
+        )
+
+    before, fronts_before = reading(), sum(map(cpu_seconds, fronts))
     measurement = run()
-    after = (answered(server), bundles(), cpu_seconds(host), sum(map(cpu_seconds, fronts)))
-    requests, bundled, host_s, fronts_s = (b - a for a, b in zip(before, after, strict=True))
-    requests = max(requests, 1)
-    where = Where(1e6 * host_s / requests, 1e6 * fronts_s / requests,
-                  requests / bundled if bundled else 0.0)  # fmt: skip
-    return measurement, where
+    after = reading()
+    requests, bundles, bundled, host_s = (b - a for a, b in zip(before, after, strict=True))
+    nan = float("nan")
+    try:
+        if (front_pids(host) if workers > 1 else []) != fronts:
+            raise FileNotFoundError("a front restarted")
+        fronts_s = sum(map(cpu_seconds, fronts)) - fronts_before
+    except FileNotFoundError:  # a front gone: its CPU time is not known
+        fronts_s = nan
+    if not requests:
+        return measurement, Where(nan, nan, 0.0)
+    per = 1e6 / requests
+    return measurement, Where(host_s * per, fronts_s * per, bundled / bundles if bundles else 0.0)
 
 
 def wait_until_every_front_serves(server, fronts: int, timeout_s: float = 60.0) -> None:
@@ -184,7 +202,8 @@ def main() -> None:
             )
     print("(x one: against --workers 1 in this run; goals with 8 server cores: x one / N "
           ">= 0.8 at N=4, >= 0.7 at N=8. host us, fronts us: CPU time a request in the "
-          "host process and in all fronts together; a bundle: requests a bundle)")  # fmt: skip
+          "host process (with --workers 1, the whole server) and in all fronts together; "
+          "a bundle: requests a bundle carried)")  # fmt: skip
 
 
 if __name__ == "__main__":

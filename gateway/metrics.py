@@ -214,6 +214,7 @@ def _front_families(fronts: Any) -> list[str]:
     """Front processes (gateway/fronts/supervisor.py): what each handed over, restarts."""
     requests = [({"front": str(link.index)}, link.requests) for link in fronts.links]
     bundles = [({"front": str(link.index)}, link.bundles) for link in fronts.links]
+    bundled = [({"front": str(link.index)}, link.bundled) for link in fronts.links]
     return [
         family(
             "accel_gateway_front_requests",
@@ -226,6 +227,12 @@ def _front_families(fronts: Any) -> list[str]:
             "Bundles of a front's requests for one batching model, each run as one request",
             "counter",
             bundles,
+        ),
+        family(
+            "accel_gateway_front_bundled_requests",
+            "Requests that a front's bundles carried (counted in front_requests too)",
+            "counter",
+            bundled,
         ),
         family(
             "accel_gateway_front_restarts",

@@ -55,6 +55,7 @@ class FrontLink:
         self.channel: Channel | None = None
         self.requests = 0  # inference requests this front has sent, over its restarts
         self.bundles = 0  # bundles among them (gateway/fronts/bundles.py), run as one
+        self.bundled = 0  # the requests those bundles carried
         self._gone: set[int] = set()  # calls whose callers went away
         self._active: set[int] = set()  # calls not answered yet
         self._tasks: set[asyncio.Task] = set()
@@ -135,6 +136,7 @@ class FrontLink:
             else:
                 self.requests += count
                 self.bundles += 1
+                self.bundled += count
                 active.add(call)  # the front cancels it once every member's caller has left
                 request = InferRequest(
                     model, version, "", {}, wire.unpack_tensors(inputs, arena),
@@ -145,6 +147,7 @@ class FrontLink:
         except InvalidArgument:  # its members come again alone, and are counted then
             self.requests -= count
             self.bundles -= 1
+            self.bundled -= count
             reply = ("unbundle", call, rows)
         except GatewayError as exc:
             reply = wire.error_message(call, exc)

@@ -82,7 +82,7 @@ def test_one_turns_requests_go_as_one_bundle_and_each_gets_its_answer(repository
             assert answer.id == f"id{value}"
             np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 16), value + 1))
         # 12 requests, 8 rows a bundle at most: two bundles, counted as 12 requests.
-        assert (link.bundles, link.requests) == (2, 13)
+        assert (link.bundles, link.bundled, link.requests) == (2, 12, 13)
         assert success_count(core, "batched") == (13, 0)
 
     run(repository_path, scenario)
@@ -110,7 +110,7 @@ def test_a_malformed_bundle_fails_each_member_with_its_own_words_counted_once(re
         for error in errors:
             assert isinstance(error, InvalidArgument)
             assert "got [1,15]" in error.message, error.message
-        assert link.bundles == 0 and link.requests == 6
+        assert link.bundles == link.bundled == 0 and link.requests == 6
         assert success_count(core, "batched") == (1, 5)
 
     run(repository_path, scenario)
