@@ -32,6 +32,8 @@ def test_model_analyzer_profiles_the_gateway(model_analyzer, server_factory, tmp
     config.write_text(
         "profile_models:\n  simple:\n    cpu_only: true\n"
         "    parameters:\n      concurrency: [1, 2]\n"
+        # Shorter windows than perf_analyzer's 5 s: two points a protocol, not minutes.
+        "    perf_analyzer_flags:\n      measurement-interval: 1000\n"
     )
     export = tmp_path / "export"
     export.mkdir()
