@@ -27,6 +27,7 @@ from accel_base.errors import GatewayError, InvalidArgument, NotFound, Permissio
 from accel_base.proto import model_config_pb2 as mc
 from gateway import heap
 from gateway.composites import find_cycle
+from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.ensemble.loading import load_ensemble
 from gateway.ensemble.plan import is_ensemble
 from gateway.model import ModelVersion
@@ -106,6 +107,7 @@ class ModelRepository:
         queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS,
         backend_nice: int = DEFAULT_BACKEND_NICE,
         memory: MemoryManager | None = None,
+        drain_s: float = DEFAULT_DRAIN_SECONDS,
     ) -> None:
         if control_mode not in CONTROL_MODES:
             raise ValueError(
@@ -117,6 +119,7 @@ class ModelRepository:
         self.max_queue_size = max_queue_size
         self.queue_budget_ms = queue_budget_ms  # unless a model's config sets its own
         self.backend_nice = backend_nice
+        self.drain_s = drain_s  # how long an unloaded version's requests get to finish
         self.models: dict[str, ModelEntry] = {}
         # Names given to model directories elsewhere in the repository (SageMaker's
         # multi-model loads: gateway/http/sagemaker_models.py).
@@ -522,7 +525,7 @@ class ModelRepository:
             if state.model is not None:
                 model, state.model = state.model, None
                 try:
-                    await _drain(model)
+                    await _drain(model, self.drain_s)
                     await model.close()
                 except Exception as exc:  # the other versions are closed all the same
                     failure = failure or exc
@@ -575,7 +578,7 @@ def _retrieved(task: asyncio.Future) -> None:
         task.exception()
 
 
-async def _drain(model: ModelVersion, timeout_s: float = 30.0) -> None:
+async def _drain(model: ModelVersion, timeout_s: float) -> None:
     """Let requests already accepted finish before the instances go away."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -114,6 +114,7 @@ class Gateway:
             options.queue_budget_ms,
             options.backend_nice,
             options.memory.manager(options.model_control_mode),
+            options.drain_seconds,
         )
         self.core = InferenceCore(
             self.repository,
