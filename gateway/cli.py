@@ -153,8 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_seconds,
         default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM or SIGINT, how long requests in flight get to finish before the "
-        "server stops anyway, and on an unload or reload how long the old version's do "
-        "(default %(default)s)",
+        "server stops anyway; and on an unload or reload, how long the old version's "
+        "requests do before those still unfinished fail with 503 (default %(default)s)",
     )
     serve.add_argument(
         "--max-request-bytes",

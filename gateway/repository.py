@@ -521,11 +521,13 @@ class ModelRepository:
 
     async def _close_versions(self, states: list[VersionState]) -> None:
         failure = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_s  # one drain for all of them, not one each
         for state in states:
             if state.model is not None:
                 model, state.model = state.model, None
                 try:
-                    await _drain(model, self.drain_s)
+                    await _drain(model, max(deadline - loop.time(), 0.0))
                     await model.close()
                 except Exception as exc:  # the other versions are closed all the same
                     failure = failure or exc
@@ -534,7 +536,11 @@ class ModelRepository:
         if failure is not None:
             raise failure
 
-    async def unload_all(self) -> None:
+    async def unload_all(self, drain_s: float | None = None) -> None:
+        """Unload every model; `drain_s`, when given, bounds the wait for their requests
+        (what is left of a stopping server's own drain, which waited for them already)."""
+        if drain_s is not None:
+            self.drain_s = drain_s  # the server is stopping: no load comes after this
         # All at once: each unload mostly waits for a worker process to end.
         names = list(self.models)
         if self.spares is not None:

@@ -267,7 +267,9 @@ class Gateway:
         self.core.shared_memory.unregister()
         if self._shedding is not None:
             self._shedding.cancel()
-        await self.repository.unload_all()
+        # What is left of the drain: the watchdog (drain + UNLOAD_MARGIN_S) must not end
+        # the process while an unload still waits for a stuck request.
+        await self.repository.unload_all(max(deadline - loop.time(), 0.0))
         await self.core.model_calls.close()
         # The exporter's last batches (its export timeout bounds them).
         await self.core.tracing.close()

@@ -321,6 +321,22 @@ def test_unloading_a_model_with_a_hung_batch_answers_it(process_server):
     assert server.stop() == 0
 
 
+def test_sigterm_with_a_hung_batch_ends_cleanly_within_the_drain(process_server):
+    """The server's drain waits for the stuck request; the unload after it gets only
+    what is left, so the exit watchdog (drain + 15 s) never ends the process first."""
+    server = process_server("simple", args=("--drain-seconds", "3"))
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=2)
+    client.infer("simple", simple_request())
+    os.kill(workers_of(server)["simple-1-0"], signal.SIGSTOP)
+    stuck = client.async_infer("simple", simple_request())
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert server.stop(timeout_s=60) == 0  # 3: the watchdog's exit
+    assert time.monotonic() - started < 15
+    with pytest.raises(InferenceServerException):
+        stuck.get_result()
+
+
 def test_a_failed_restart_reports_repository_paths_only(repository_copy, server_factory):
     repository = in_processes(repository_copy("simple"), "simple", worker_max_restarts="1")
     server = server_factory(repository)
