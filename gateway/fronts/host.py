@@ -94,19 +94,12 @@ class FrontLink:
             request = wire.request_of(message, arena)
             request.client_gone = functools.partial(operator.contains, gone, call)
             reply, reply_arena = await self._answer(call, request)
-        except GatewayError as exc:
-            reply, reply_arena = wire.error_message(call, exc), None
-        except Exception as exc:  # noqa: BLE001 - the front's caller gets it as a 500
-            log.exception("request from front %d failed", self.index)
-            failure = Internal(f"{type(exc).__name__}: {exc}")
-            reply, reply_arena = wire.error_message(call, failure), None
+        except Exception as exc:  # noqa: BLE001 - a GatewayError, or a 500
+            reply, reply_arena = self._failure(call, exc, "request"), None
         finally:
             gone.discard(call)
             active.discard(call)
-        if channel is not None:
-            self._reply(channel, call, reply, reply_arena)
-        elif reply_arena is not None:
-            reply_arena.close()
+        self._reply(channel, call, reply, reply_arena)
 
     async def _answer(self, call: int, request: InferRequest) -> tuple[tuple, Arena | None]:
         tracing = self.core.tracing
@@ -149,18 +142,12 @@ class FrontLink:
             self.bundles -= 1
             self.bundled -= count
             reply = ("unbundle", call, rows)
-        except GatewayError as exc:
-            reply = wire.error_message(call, exc)
-        except Exception as exc:  # noqa: BLE001 - the front's callers get it as a 500
-            log.exception("a bundle from front %d failed", self.index)
-            reply = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - a GatewayError, or a 500
+            reply = self._failure(call, exc, "bundle")
         finally:
             gone.discard(call)
             active.discard(call)
-        if channel is not None:
-            self._reply(channel, call, reply, reply_arena)
-        elif reply_arena is not None:
-            reply_arena.close()
+        self._reply(channel, call, reply, reply_arena)
 
     def bundle_rows(self, model: str, version: str = "") -> int:
         """The rows a bundle for `model` may carry: its max_batch_size where its dynamic
@@ -195,17 +182,26 @@ class FrontLink:
                 result = result.SerializeToString()
             limit = channel.limit if channel is not None else wire.MAX_MESSAGE_BYTES
             reply, arena = wire.result_message(call, pickle.dumps(result), limit)
-        except GatewayError as exc:
-            reply, arena = wire.error_message(call, exc), None
-        except Exception as exc:  # noqa: BLE001
-            log.exception("call %s from front %d failed", method, self.index)
-            reply, arena = wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}")), None
-        if channel is not None:
-            self._reply(channel, call, reply, arena)
-        elif arena is not None:
-            arena.close()
+        except Exception as exc:  # noqa: BLE001 - a GatewayError, or a 500
+            reply, arena = self._failure(call, exc, f"call to {method}"), None
+        self._reply(channel, call, reply, arena)
 
-    def _reply(self, channel: Channel, call: int, reply: tuple, arena: Arena | None = None):
+    def _failure(self, call: int, exc: Exception, what: str) -> tuple:
+        """The error message for a failed call: a GatewayError's own, anything else as a
+        500 (and logged: a bug or a backend's own failure)."""
+        if isinstance(exc, GatewayError):
+            return wire.error_message(call, exc)
+        log.exception("a %s from front %d failed", what, self.index)
+        return wire.error_message(call, Internal(f"{type(exc).__name__}: {exc}"))
+
+    def _reply(
+        self, channel: Channel | None, call: int, reply: tuple, arena: Arena | None = None
+    ) -> None:
+        """Send the reply; with the front gone (channel None), only let its arena go."""
+        if channel is None:
+            if arena is not None:
+                arena.close()
+            return
         try:
             channel.send(reply, arena)
         except wire.MessageTooLarge as exc:  # the caller must hear something

@@ -79,6 +79,8 @@ class RequestQueue:
         self._queues = {level: deque() for level in range(1, self.levels + 1)}
         self._delayed = deque()
         self.requests = 0  # client requests queued, a bundle counted as its members
+        # The same per level, outside the DELAY queue (what max_queue_size bounds).
+        self._level_requests = dict.fromkeys(self._queues, 0)
         self._timeouts = any(
             p.default_timeout_us or p.allow_timeout_override for p in self.policies.values()
         )
@@ -136,8 +138,7 @@ class RequestQueue:
         queue = self._queues[level]
         if self.requests + count > self.max_total:
             raise Unavailable(f"the queue is full ({self.max_total} requests pending); retry later")
-        queued = sum(p.count for p in queue) if policy.max_queue_size else 0
-        if policy.max_queue_size and queued + count > policy.max_queue_size:
+        if policy.max_queue_size and self._level_requests[level] + count > policy.max_queue_size:
             raise Unavailable(
                 f"the queue of priority level {level} is full (max_queue_size "
                 f"{policy.max_queue_size}); retry later"
@@ -151,6 +152,7 @@ class RequestQueue:
         queue.append(pending)
         self.rows += rows
         self.requests += count
+        self._level_requests[level] += count
         return pending
 
     def in_order(self) -> Iterator[Pending]:
@@ -171,6 +173,8 @@ class RequestQueue:
             return False
         self.rows -= pending.rows
         self.requests -= pending.count
+        if not pending.delayed:
+            self._level_requests[pending.priority] -= pending.count
         return True
 
     def expire(self, now: float) -> list[Pending]:
@@ -183,6 +187,7 @@ class RequestQueue:
             expired = [p for p in queue if p.deadline is not None and p.deadline <= now]
             for pending in expired:
                 queue.remove(pending)
+                self._level_requests[level] -= pending.count
                 if policy.delay_on_timeout:
                     pending.delayed = True
                     self._delayed.append(pending)
