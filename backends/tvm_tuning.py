@@ -24,6 +24,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule import relax_integration
 
+from backends.tvm_frames import install, quick_frame_lookups
+
 BUILD_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 30
 
@@ -66,6 +68,17 @@ def tune_and_compile(
 ) -> relax.Executable:
     """Tune `module`'s kernels with at most `trials` measured candidates in all, then
     compile it with the best schedules found."""
+    with quick_frame_lookups():  # TVMScript parses hundreds of intrinsics (tvm_frames.py)
+        return _tune_and_compile(module, target, trials, work_dir, progress)
+
+
+def _tune_and_compile(
+    module: tvm.IRModule,
+    target: tvm.target.Target,
+    trials: int,
+    work_dir: Path,
+    progress: Callable[[int, int], None] | None,
+) -> relax.Executable:
     target = _with_core_count(target)
     with target:
         module = relax.transform.DecomposeOpsForInference()(module)
@@ -89,8 +102,8 @@ def tune_and_compile(
         max_trials_global=trials,
         max_trials_per_task=per_task,
         num_trials_per_iter=min(per_task, 16),
-        builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
-        runner=ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S),
+        builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, initializer=install),
+        runner=ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S, initializer=install),
         database=ms.database.MemoryDatabase(),
         cost_model="random",
         measure_callbacks=callbacks,

@@ -120,8 +120,8 @@ class Admission:
     def wait_s(self, running: int, queued_rows: int) -> float:
         """Predicted wait before a request gets an instance, with `running` runs in
         progress and `queued_rows` rows queued before it."""
-        if not self.mean_rows:
-            return 0.0
+        if not self.mean_rows or (not queued_rows and running < self.instances):
+            return 0.0  # nothing has run yet, or an instance is free and nobody ahead
         busy = max(running - self.instances + 1, 0) * self.mean_s  # until one is free
         by_row = queued_rows * self.mean_s / self.mean_rows
         fixed, per_row = self.cost()

@@ -179,6 +179,9 @@ class DynamicBatcher:
                 self._arrival.clear()
                 await self._arrival.wait()  # try again with the next request, not in a spin
                 continue
+            # The queue time ends here, where the batch is formed: the hand-off to the
+            # instance (a task's turn of the loop, a thread's wake-up) is compute input.
+            sent_ns = time.perf_counter_ns()
             for queued in send.requests:
                 self.queue.remove(queued)
             if getattr(instance, "runs_inline", False):
@@ -187,14 +190,14 @@ class DynamicBatcher:
                 # again once it ended). An instance that says it runs inline never
                 # suspends in run(), so nothing here waits on anything.
                 try:
-                    await self._execute(instance, send)
+                    await self._execute(instance, send, sent_ns)
                 except Exception:  # the batch's own failures are answered in _execute
                     log.exception("model '%s': a batch failed", self.rules.model)
                 del send, instance, queued
                 if self.queue.rows:  # more may go at once: let the loop turn first, so
                     await asyncio.sleep(0)  # callers are answered and sockets read
                 continue
-            task = asyncio.get_running_loop().create_task(self._execute(instance, send))
+            task = asyncio.get_running_loop().create_task(self._execute(instance, send, sent_ns))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
             # Waiting for the next instance must not keep this batch's tensors alive.
@@ -225,6 +228,10 @@ class DynamicBatcher:
 
     async def _next_batch(self) -> Send:
         while True:
+            if not self.queue.rows:  # nothing queued (every request has a row): no plan
+                self._arrival.clear()
+                await self._arrival.wait()
+                continue
             now = self.clock()
             for pending in self.queue.expire(now):
                 self._reject_timed_out(pending)
@@ -260,12 +267,12 @@ class DynamicBatcher:
                 )
             )
 
-    async def _execute(self, instance: Any, send: Send) -> None:
+    async def _execute(self, instance: Any, send: Send, sent_ns: int) -> None:
         now = self.clock()
         try:
             requests = [p for p in send.requests if not self._dropped(p, now)]
             if requests:
-                await self._run_batch(instance, requests, time.perf_counter_ns())
+                await self._run_batch(instance, requests, sent_ns)
         finally:
             self.pool.release(instance)
             self._arrival.set()  # a free instance is news for the driver too

@@ -7,6 +7,7 @@ tested with a fake clock and driven by the real one in production.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -157,12 +158,15 @@ class RequestQueue:
 
     def in_order(self) -> Iterator[Pending]:
         """Highest priority first, FIFO within a level, timed-out DELAY requests last."""
-        for level in range(1, self.levels + 1):
-            yield from self._queues[level]
-        yield from self._delayed
+        # The levels were made in order (1 first), and a chain is a generator's cost at
+        # C speed: the planner walks the queue twice a batch.
+        return itertools.chain(*self._queues.values(), self._delayed)
 
     def head(self) -> Pending | None:
-        return next(self.in_order(), None)
+        for queue in self._queues.values():
+            if queue:
+                return queue[0]
+        return self._delayed[0] if self._delayed else None
 
     def remove(self, pending: Pending) -> bool:
         """Take a request out (batched or cancelled); False if it was not queued."""

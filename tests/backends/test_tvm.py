@@ -230,7 +230,7 @@ def test_unsupported_operator_in_process(tmp_path, cache_home):
 
 
 def test_compile_with_a_small_tuning_budget(repository_copy, cache_home):
-    """MetaSchedule with two trials on one bucket (about a minute here: each candidate is
+    """MetaSchedule with two trials on one bucket (about 30 s here: each candidate is
     built and timed), a progress bar, and a library the backend then serves."""
     repository = repository_copy("mixed_tvm")
     config = repository / "mixed_tvm" / "config.pbtxt"
