@@ -52,8 +52,11 @@ def test_perf_analyzer_with_system_shared_memory(shm_gateway, perf_analyzer, pro
     """perf_analyzer puts every input and output in system shared memory: it registers its
     regions, infers through them, and unregisters them (system and CUDA) at the end."""
     url = shm_gateway.http_url if protocol == "http" else shm_gateway.grpc_url
+    # 1 s windows (5 s by default, as the test above runs): what is checked here is the
+    # regions' round trip, not the defaults.
     command = [str(perf_analyzer), "-m", "simple", "-u", url, "-i", protocol,
-               "--shared-memory", "system", "--stability-percentage", "50"]  # fmt: skip
+               "--shared-memory", "system", "--stability-percentage", "50",
+               "--measurement-interval", "1000"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
