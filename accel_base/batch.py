@@ -22,7 +22,12 @@ Allocator = Callable[[list[tuple[str, tuple[int, ...], np.dtype]]], dict[str, np
 
 def merge_key(feed: dict[str, np.ndarray]) -> tuple:
     """Requests with equal keys can share a batch: same inputs, dtypes and trailing dims."""
-    return tuple((name, array.dtype.str, array.shape[1:]) for name, array in sorted(feed.items()))
+    # Computed for every request a batcher queues: a list sorted only when there is more
+    # than one input (names are unique, so only they are compared), and the dtypes as they are.
+    key = [(name, array.dtype, array.shape[1:]) for name, array in feed.items()]
+    if len(key) > 1:
+        key.sort()
+    return tuple(key)
 
 
 def _check_keys(feeds: Sequence[dict[str, np.ndarray]]) -> None:

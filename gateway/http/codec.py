@@ -25,16 +25,19 @@ from gateway.shared_memory import InputSource
 HEADER_LENGTH = "inference-header-content-length"
 
 
+def _too_deep() -> InvalidArgument:
+    return InvalidArgument(
+        f"the request's JSON nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} "
+        "levels, fewer in a body with NaN or Infinity)"
+    )
+
+
 def parse_json(data: bytes) -> Any:
     """Parse JSON, accepting NaN and Infinity as Triton does (clients send them for floats).
 
     orjson refuses nesting past 1024 levels; the json module, which the bodies with NaN or
     Infinity need, recurses, so its RecursionError is caught here and answered as a 400.
     """
-    too_deep = InvalidArgument(
-        f"the request's JSON nests arrays or objects too deeply (at most {MAX_JSON_DEPTH} "
-        "levels, fewer in a body with NaN or Infinity)"
-    )
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -42,11 +45,11 @@ def parse_json(data: bytes) -> Any:
         # here, as the json module's own limit moves with sys.setrecursionlimit (which
         # some frameworks raise).
         if str(exc).startswith("depth limit exceeded"):
-            raise too_deep from None
+            raise _too_deep() from None
     try:  # the slow path: only bodies with non-finite floats, or invalid ones, come here
         value = json.loads(data)
     except RecursionError:
-        raise too_deep from None
+        raise _too_deep() from None
     except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also >4300-digit integers
         raise InvalidArgument(f"the request's JSON is not valid: {exc}") from None
     # orjson refuses unpaired surrogate escapes ("\ud800"), json does not: refuse them too,
