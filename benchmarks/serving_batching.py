@@ -134,8 +134,9 @@ def _pairs(server, model: str, path: tuple, args: argparse.Namespace) -> str:
 
     def measure(name: str) -> float:
         run = perf_analyzer(
-            name, url, protocol, 1, args.client_core, label, extra, args.measurement_ms
-        )
+            name, url, protocol, 1, args.client_core, f"{label}, {name}", extra,
+            args.measurement_ms,
+        )  # fmt: skip
         return run.throughput
 
     ratios = []
@@ -144,8 +145,9 @@ def _pairs(server, model: str, path: tuple, args: argparse.Namespace) -> str:
         if index % 2:
             names.reverse()
         measured = {name: measure(name) for name in names}
-        ratios.append(measured[f"{model}_batched"] / measured[model])
-    ratios = [r for r in ratios if r == r]  # a failed run (NaN) is left out
+        if measured[model] > 0:  # a failed run is NaN, and no pair
+            ratios.append(measured[f"{model}_batched"] / measured[model])
+    ratios = [r for r in ratios if r == r]
     if not ratios:
         return f"  {label}, c=1 pairs: no pair measured"
     return (

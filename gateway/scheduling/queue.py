@@ -134,6 +134,8 @@ class RequestQueue:
         timeout_us: int | None = None,
         count: int = 1,
     ) -> Pending:
+        if rows < 1:  # a 0-row request still takes a row's place: `rows` 0 means empty
+            raise ValueError(f"a queued request has at least one row, not {rows}")
         level = self.level_for(priority)
         policy = self.policies[level]
         queue = self._queues[level]
