@@ -6,8 +6,9 @@ Models (fixed seeds): `mlp` FP32 [batch,784] -> 1024 -> 1024 -> 10, and `mlp_wid
 with 8192-wide hidden layers (~294 MB of weights). Each is served twice, without
 and with `dynamic_batching`, by one gateway pinned to one core, and loaded by
 perf_analyzer pinned to the other. The floor is the same ONNX model called
-in-process at batch 32 on one thread (rows per second); every figure is printed
-as a ratio to it.
+in-process at batch 32 on one thread (rows per second), measured before and after the
+served runs; every figure is printed as a ratio to the larger of the two (the machine's
+speed drifts by a fifth within a run, and the larger floor is the stricter goal).
 
 The goal at concurrency 1 (batched at least 0.9x unbatched) is a difference of tens of
 microseconds in a request of ~700, less than this machine's drift between two runs:
@@ -79,7 +80,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             repository = Path(tmp) / "repository"
             build(repository, model)
-            floor = floor_rows_per_s(repository, model, args.server_core)
+            floors = [floor_rows_per_s(repository, model, args.server_core)]
             pin_to(args.client_core)  # this process only waits from here on
             # 64 closed-loop clients of the unbatched model queue past admission's 8
             # exempt requests and its 50 ms budget, and perf_analyzer stops at the first
@@ -111,10 +112,14 @@ def main() -> None:
                 pairs = [_pairs(server, model, p, args) for p in PATHS if p[0] in PAIRED]
             finally:
                 server.stop()
+            floors.append(floor_rows_per_s(repository, model, args.server_core))
+            pin_to(args.client_core)
+        floor = max(floors)
         print_table(
             f"{model}: batch-1 requests, server on core {args.server_core}, "
             f"perf_analyzer on core {args.client_core}",
-            "ONNX Runtime in-process, batch 32, one thread (rows/s)",
+            "ONNX Runtime in-process, batch 32, one thread (rows/s; before "
+            f"{floors[0]:,.0f}, after {floors[1]:,.0f}, the larger)",
             floor,
             rows,
         )
@@ -169,15 +174,15 @@ def _summary(rows: list[Measurement], floor: float) -> None:
         f"best with batching: {top.throughput:,.0f} infer/s ({top.label}, c={top.concurrency}),"
         f" {top.throughput / floor:.1%} of the floor"
     )
-    low, high = min(m.concurrency for m in rows), max(m.concurrency for m in rows)
+    high = max(m.concurrency for m in rows)
     for label, _, _ in PATHS:
-        on = measured.get((f"{label}, batching on", low), float("nan"))
-        off = measured.get((f"{label}, batching off", low), float("nan"))
+        on = measured.get((f"{label}, batching on", 1), float("nan"))
+        off = measured.get((f"{label}, batching off", 1), float("nan"))
         top_on = measured.get((f"{label}, batching on", high), float("nan"))
         top_off = measured.get((f"{label}, batching off", high), float("nan"))
+        lone = f"c=1 batched {on / off:.2f}x unbatched (goal 0.9); " if on == on else ""
         print(
-            f"  {label}: c={low} batched {on / off:.2f}x unbatched (goal 0.9); "
-            f"c={high} batched {top_on / floor:.1%} of the floor (goal 25%), "
+            f"  {label}: {lone}c={high} batched {top_on / floor:.1%} of the floor (goal 25%), "
             f"{top_on / top_off:.1f}x unbatched"
         )
 
