@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.http_path import http_path_ns, paired_difference, priced_verdict
+from benchmarks.http_path import http_path_ns
+from benchmarks.in_process import paired_difference, priced_verdict
 from benchmarks.open_loop import http_request
 from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer
 from benchmarks.serving_simple import in_process_floor
@@ -101,7 +102,7 @@ def simple_request(model: str) -> bytes:
 
 def price_router(repository: Path, core: int) -> tuple[float, float, float, float]:
     """The whole HTTP path in process on `core`, to `simple` and through `routed`, in
-    alternating rounds (http_path.paired_difference)."""
+    alternating rounds (in_process.paired_difference)."""
     requests = {t: simple_request(t) for t in ("simple", "routed")}
     return paired_difference(http_path_ns(repository, requests, core), "simple", "routed")
 

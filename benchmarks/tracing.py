@@ -14,9 +14,11 @@ server serves every run. Two measurements:
   machine the same setting's runs differ by up to 15%, a swing that hides 1%'s cost.
   (Flipping the setting every half second under one load did no better: an A/A run of
   it, off against off, read 0.939, from an effect with the flips' period.)
-- Priced, the verdict for 1%: the CPU time of the server's whole HTTP path for a
-  `simple` request, in process (benchmarks/http_path.py: uvicorn's protocol, the app,
-  the core, the model, on uvloop), with tracing off and at 1% in alternating rounds,
+- Priced, the verdict for 1%: the CPU time of the server's whole path for a `simple`
+  request, in process (benchmarks/in_process.py; over HTTP, http_path.py: uvicorn's
+  protocol, the app, the core, the model; over gRPC, grpc_path.py: the gateway's HTTP/2
+  connection, the V2 service, the core, the model; on uvloop), with tracing off and at
+  1% in alternating rounds,
   the 1% one exporting to the collector as the server does: its sampling check on
   every request, the traced ones' spans built, encoded and POSTed. The difference, at
   its interval's top, against a request's share of the server's core at the off
@@ -41,7 +43,9 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from benchmarks.http_path import http_path_ns, paired_difference, priced_verdict
+from benchmarks.grpc_path import grpc_path_ns, simple_grpc_request
+from benchmarks.http_path import http_path_ns
+from benchmarks.in_process import paired_difference, priced_verdict
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to
 from benchmarks.routing import PROTOCOLS, geometric_mean_interval, simple_request
 from benchmarks.serving_simple import in_process_floor
@@ -91,10 +95,17 @@ def off_path_ns() -> float:
     return max(seconds - empty, 0.0) / count * 1e9
 
 
-def price_one_percent(repository: Path, url: str, core: int) -> tuple[float, ...]:
-    """The whole HTTP path of `simple` in process on `core` (benchmarks/http_path.py),
-    tracing off against tracing 1% of requests to the collector at `url`, in alternating
-    rounds: (off's median CPU ns per request, 1%'s added ns, its 95% interval)."""
+# The path each protocol is priced on, and `simple`'s request as perf_analyzer sends it.
+PRICED = {
+    "http": (http_path_ns, simple_request("simple")),
+    "grpc": (grpc_path_ns, simple_grpc_request("simple")),
+}
+
+
+def price_one_percent(repository: Path, url: str, core: int, protocol: str) -> tuple[float, ...]:
+    """`protocol`'s whole path for `simple` in process on `core`, tracing off against
+    tracing 1% of requests to the collector at `url`, in alternating rounds: (off's
+    median CPU ns per request, 1%'s added ns, its 95% interval)."""
     off = Tracing()
     on = Tracing(TraceSettings(("TIMESTAMPS",), 100), ExporterConfig(url=url))
     on.prepare()
@@ -102,8 +113,8 @@ def price_one_percent(repository: Path, url: str, core: int) -> tuple[float, ...
     def set_up(core_: InferenceCore, name: str) -> None:
         core_.tracing = on if name == "1%" else off
 
-    request = simple_request("simple")
-    rounds = http_path_ns(
+    measure, request = PRICED[protocol]
+    rounds = measure(
         repository, {"off": request, "1%": request}, core, before_round=set_up, after=on.close
     )
     return paired_difference(rounds, "off", "1%")
@@ -167,7 +178,10 @@ def main() -> None:
         sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
         threading.Thread(target=sink.serve_forever, daemon=True).start()
         url = f"127.0.0.1:{sink.server_address[1]}/v1/traces"
-        priced = price_one_percent(repository, f"http://{url}", args.server_core)
+        priced = {
+            protocol: price_one_percent(repository, f"http://{url}", args.server_core, protocol)
+            for _, protocol in PROTOCOLS
+        }
         gateway = start_gateway(
             repository, "--log-level", "warning", "--queue-budget-ms", "1000",
             "--trace-config", f"opentelemetry,url={url}",
@@ -192,7 +206,7 @@ def main() -> None:
             sink.shutdown()
     print(f"\nfloor: ONNX Runtime in-process, batch 1: {floor:,.0f} /s")
     print(f"spans received by the collector: {_Sink.spans_bytes / 1e6:.1f} MB")
-    for label, _ in PROTOCOLS:
+    for label, protocol in PROTOCOLS:
         share_ns = 1e9 / off_rates[label] if off_rates[label] > 0 else math.nan
         print(
             f"{label}: off {off_rates[label]:,.0f}/s ({off_rates[label] / floor:.3f} x floor); "
@@ -202,8 +216,8 @@ def main() -> None:
         rounds_100 = by_rounds.get((label, "100%"), [])
         report("100% / off, rounds", rounds_100, goal=False)
         report("  1% / off, rounds", by_rounds.get((label, "1%"), []), goal=False)
-        if label == PROTOCOLS[0][0]:  # the price is of the HTTP path
-            print(f"    1% / off, priced: {priced_verdict(share_ns, priced, GOAL_1_PERCENT)}")
+        verdict = priced_verdict(share_ns, priced[protocol], GOAL_1_PERCENT, label.split()[0])
+        print(f"    1% / off, priced: {verdict}")
         if rounds_100:
             mean_100 = geometric_mean_interval(rounds_100)[0]
             derived = 1 / (1 + (1 / mean_100 - 1) / 100)
