@@ -86,7 +86,11 @@ class GrpcPath:
     def failure(self) -> str | None:
         if self._trailers == OK_TRAILERS:
             return None
-        return f"the call ended with {self._trailers!r}"
+        # The server's blocks index nothing (gateway/grpc/h2/headers.py): any decoder reads them.
+        fields = dict(hpack.Decoder().decode(self._trailers))
+        return f"the call ended with grpc-status {fields.get('grpc-status')}: " + fields.get(
+            "grpc-message", ""
+        )
 
     def close(self) -> None:
         self._connection.connection_lost(None)
