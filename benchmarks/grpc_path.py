@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import unquote
 
 import hpack
 import numpy as np
@@ -59,7 +60,7 @@ class GrpcPath:
         self._first_block, self._block = encoder.encode(headers), encoder.encode(headers)
         self._stream = -1
         self._answered: asyncio.Future | None = None
-        self._trailers = OK_TRAILERS
+        self._failed: dict[str, int] = {}  # calls not OK since failure() looked, by status
 
     def _seen(self, data: bytes) -> None:
         position = 0
@@ -67,7 +68,9 @@ class GrpcPath:
             high, low, kind, flags, stream = f.HEADER.unpack_from(data, position)
             size = (high << 8) | low
             if kind == f.HEADERS and flags & f.END_STREAM and stream == self._stream:
-                self._trailers = bytes(data[position + 9 : position + 9 + size])
+                trailers = bytes(data[position + 9 : position + 9 + size])
+                if trailers != OK_TRAILERS:
+                    self._count(trailers)
                 if self._answered is not None and not self._answered.done():
                     self._answered.set_result(None)
             position += 9 + size
@@ -83,13 +86,21 @@ class GrpcPath:
         )
         await asyncio.wait_for(self._answered, 30)  # a call that never ends
 
+    def _count(self, trailers: bytes) -> None:
+        # The server's blocks index nothing (gateway/grpc/h2/headers.py): any decoder reads
+        # them. OK with trailing metadata is still OK.
+        fields = dict(hpack.Decoder().decode(trailers))
+        status = fields.get("grpc-status", "no grpc-status")
+        if status != "0":
+            said = f"{status} ({unquote(fields.get('grpc-message', ''))})"
+            self._failed[said] = self._failed.get(said, 0) + 1
+
     def failure(self) -> str | None:
-        if self._trailers == OK_TRAILERS:
+        if not self._failed:
             return None
-        # The server's blocks index nothing (gateway/grpc/h2/headers.py): any decoder reads them.
-        fields = dict(hpack.Decoder().decode(self._trailers))
-        return f"the call ended with grpc-status {fields.get('grpc-status')}: " + fields.get(
-            "grpc-message", ""
+        failed, self._failed = self._failed, {}
+        return "calls ended with grpc-status " + ", ".join(
+            f"{n} x {said}" for said, n in failed.items()
         )
 
     def close(self) -> None:

@@ -5,17 +5,37 @@ it serves) and the ASGI app, the response to a transport that reads its status."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import numpy as np
 import uvicorn
 from uvicorn.server import ServerState
 
 from benchmarks.in_process import CountingTransport, path_ns
+from benchmarks.open_loop import http_request
 from gateway.core import InferenceCore
 from gateway.http.app import create_app
 from gateway.http.infer_route import with_infer_route
 from gateway.http.timeouts import timed_protocol
+
+
+def simple_request(model: str) -> bytes:
+    """`simple`'s request as perf_analyzer sends it: both INT32 [1, 16] inputs binary."""
+    data = np.arange(16, dtype=np.int32).tobytes()
+    header = json.dumps({
+        "inputs": [{"name": name, "datatype": "INT32", "shape": [1, 16],
+                    "parameters": {"binary_data_size": len(data)}}
+                   for name in ("INPUT0", "INPUT1")],
+        "outputs": [{"name": name, "parameters": {"binary_data": True}}
+                    for name in ("OUTPUT0", "OUTPUT1")],
+    }).encode()  # fmt: skip
+    return http_request(
+        "127.0.0.1", 8000, f"/v2/models/{model}/infer", header + data + data,
+        {"Inference-Header-Content-Length": str(len(header)),
+         "Content-Type": "application/octet-stream"},
+    )  # fmt: skip
 
 
 class HttpPath:
@@ -30,7 +50,7 @@ class HttpPath:
         )  # fmt: skip
         config.load()
         self._answered: asyncio.Future | None = None
-        self._status = b""  # the latest response's
+        self._failed: dict[str, int] = {}  # answers other than 200 since failure() looked
         path = self
 
         class Measured(timed_protocol(60.0)):  # type: ignore[misc]
@@ -43,8 +63,9 @@ class HttpPath:
         self._protocol.connection_made(CountingTransport(self._seen))
 
     def _seen(self, data: bytes) -> None:
-        if data.startswith(b"HTTP/1.1 "):
-            self._status = bytes(data[9:12])
+        if data.startswith(b"HTTP/1.1 ") and data[9:12] != b"200":
+            status = bytes(data[9:12]).decode("latin-1")
+            self._failed[status] = self._failed.get(status, 0) + 1
 
     async def one(self, request: bytes) -> None:
         self._answered = asyncio.get_running_loop().create_future()
@@ -52,7 +73,10 @@ class HttpPath:
         await asyncio.wait_for(self._answered, 30)  # an app that never ends its answer
 
     def failure(self) -> str | None:
-        return None if self._status == b"200" else f"the gateway answered {self._status!r}"
+        if not self._failed:
+            return None
+        failed, self._failed = self._failed, {}
+        return "the gateway answered " + ", ".join(f"{n} x {s}" for s, n in failed.items())
 
     def close(self) -> None:
         self._protocol.connection_lost(None)

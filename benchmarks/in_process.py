@@ -38,7 +38,8 @@ class ServedPath(Protocol):
         """Send `request` and wait for its whole answer."""
 
     def failure(self) -> str | None:
-        """What was wrong with the latest answer, or None where it succeeded."""
+        """What was wrong with the answers since the last call (every failed one
+        counted), or None where all succeeded."""
 
     def close(self) -> None: ...
 
@@ -92,14 +93,15 @@ async def _measure(
     await models.load_startup_models([])
     settle()  # as the server does after a load: collections skip the long-lived heap
     core = InferenceCore(models)
-    path = open_path(core)
+    path: ServedPath | None = None
 
     def check(name: str) -> None:
         failure = path.failure()
-        if failure is not None:  # a path that fails is not priced
+        if failure is not None:  # a path that fails, even now and then, is not priced
             raise RuntimeError(f"{name}: {failure}")
 
     try:
+        path = open_path(core)
         for name, raw in requests.items():  # warm: first calls, caches, the model's first run
             if before_round is not None:
                 before_round(core, name)
@@ -121,7 +123,8 @@ async def _measure(
                 samples[name].append((time.thread_time_ns() - started) / per_round)
                 check(name)
     finally:
-        path.close()
+        if path is not None:
+            path.close()
         if after is not None:
             await after()
         await models.unload_all()

@@ -31,17 +31,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks.http_path import http_path_ns
+from benchmarks.http_path import http_path_ns, simple_request
 from benchmarks.in_process import paired_difference, priced_verdict
-from benchmarks.open_loop import http_request
 from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer
 from benchmarks.serving_simple import in_process_floor
 from gateway.launch import start_gateway
@@ -81,23 +77,6 @@ def write_repository(repo: Path) -> None:
     write_router(
         repo, "slow_shadow", [Variant("simple", 1), Variant("simple_slow", shadow_rate=1.0)]
     )
-
-
-def simple_request(model: str) -> bytes:
-    """`simple`'s request as perf_analyzer sends it: both INT32 [1, 16] inputs binary."""
-    data = np.arange(16, dtype=np.int32).tobytes()
-    header = json.dumps({
-        "inputs": [{"name": name, "datatype": "INT32", "shape": [1, 16],
-                    "parameters": {"binary_data_size": len(data)}}
-                   for name in ("INPUT0", "INPUT1")],
-        "outputs": [{"name": name, "parameters": {"binary_data": True}}
-                    for name in ("OUTPUT0", "OUTPUT1")],
-    }).encode()  # fmt: skip
-    return http_request(
-        "127.0.0.1", 8000, f"/v2/models/{model}/infer", header + data + data,
-        {"Inference-Header-Content-Length": str(len(header)),
-         "Content-Type": "application/octet-stream"},
-    )  # fmt: skip
 
 
 def price_router(repository: Path, core: int) -> tuple[float, float, float, float]:

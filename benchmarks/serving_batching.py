@@ -180,10 +180,12 @@ def _summary(rows: list[Measurement], floor: float) -> None:
         off = measured.get((f"{label}, batching off", 1), float("nan"))
         top_on = measured.get((f"{label}, batching on", high), float("nan"))
         top_off = measured.get((f"{label}, batching off", high), float("nan"))
-        lone = f"c=1 batched {on / off:.2f}x unbatched (goal 0.9); " if on == on else ""
+        ran_lone = (f"{label}, batching on", 1) in measured
+        ratio = on / off if off > 0 else float("nan")  # a failed run reads NaN, not 0
+        lone = f"c=1 batched {ratio:.2f}x unbatched (goal 0.9); " if ran_lone else ""
         print(
             f"  {label}: {lone}c={high} batched {top_on / floor:.1%} of the floor (goal 25%), "
-            f"{top_on / top_off:.1f}x unbatched"
+            f"{top_on / top_off if top_off > 0 else float('nan'):.1f}x unbatched"
         )
 
 

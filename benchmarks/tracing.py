@@ -44,10 +44,10 @@ from pathlib import Path
 import tritonclient.http as httpclient
 
 from benchmarks.grpc_path import grpc_path_ns, simple_grpc_request
-from benchmarks.http_path import http_path_ns
+from benchmarks.http_path import http_path_ns, simple_request
 from benchmarks.in_process import paired_difference, priced_verdict
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to
-from benchmarks.routing import PROTOCOLS, geometric_mean_interval, simple_request
+from benchmarks.routing import PROTOCOLS, geometric_mean_interval
 from benchmarks.serving_simple import in_process_floor
 from gateway.core import InferenceCore
 from gateway.inference import InferRequest

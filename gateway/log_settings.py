@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from accel_base.errors import InvalidArgument, PermissionDenied
@@ -23,11 +24,16 @@ _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Components whose level may be set on their own (--log-levels gateway.http=debug,...):
 # any logger name works; these are the ones the server's modules log under.
 COMPONENTS = ("accel_gateway", "gateway", "backends", "workers")
+# The id its client gave the request the current task serves ("" where none): a JSON
+# line logged while serving it carries it. Each request runs in a task of its own, whose
+# context this is; the fronts set it once they have decoded the request.
+REQUEST_ID: ContextVar[str] = ContextVar("request_id", default="")
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time (UTC ISO 8601), level, logger, message, and the
-    request id and model where the record carries them (`extra=`)."""
+    request id and model where the record carries them (`extra=`); the request id also
+    where the line was logged while serving a request that has one (REQUEST_ID)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -41,6 +47,8 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, key, None)
             if value is not None:
                 entry[key] = value
+        if "request_id" not in entry and (serving := REQUEST_ID.get()):
+            entry["request_id"] = serving
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
@@ -147,6 +155,9 @@ class LogSettings:
         self.apply()
 
     def apply(self) -> None:
+        # Python's warnings (a library's deprecation, say) become log lines in the
+        # server's format, not bare text among JSON lines.
+        logging.captureWarnings(True)
         root = logging.getLogger()
         root.setLevel(self.level())
         for handler in root.handlers:

@@ -14,12 +14,13 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from accel_base.errors import GatewayError
+from accel_base.errors import GatewayError, Internal
 from accel_base.proto import grpc_service_pb2 as pb
 from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.core import InferenceCore
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
 from gateway.grpc.streaming import serve_stream
+from gateway.log_settings import REQUEST_ID
 from gateway.tracing.tracer import traced
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
         try:
             return await method(self, request, context)
         except GatewayError as exc:
+            if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
+                log.error("a %s call failed: %s", method.__name__, exc.message)
             if exc.retry_after_s is not None:  # gRPC's retry pushback, in milliseconds
                 pushback = str(int(exc.retry_after_s * 1000))
                 context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
@@ -182,6 +185,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter_ns() if tracing.settings.enabled else 0
         infer_request = decode_request(request, self.core.shared_memory.input_array)
         infer_request.header = _Metadata(context)
+        if infer_request.id:  # the lines logged while serving it name it
+            REQUEST_ID.set(infer_request.id)
         remaining = context.time_remaining()  # None without a deadline
         if remaining is not None:
             infer_request.deadline = time.monotonic() + remaining

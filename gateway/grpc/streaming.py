@@ -9,9 +9,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from accel_base.errors import GatewayError
+from accel_base.errors import GatewayError, Internal
 from accel_base.proto import grpc_service_pb2 as pb
 from gateway.grpc.codec import decode_request, encode_response
+from gateway.log_settings import REQUEST_ID
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ async def serve_stream(
             started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
             request = decode_request(message, core.shared_memory.input_array)
             request.header = header
+            if request.id:  # this request's task: the lines logged while serving it name it
+                REQUEST_ID.set(request.id)
             if started:  # each request of a stream is traced as a unary call would be
                 trace = core.tracing.start(request, "grpc", started, request.header)
             async for item in core.infer_stream(request):
@@ -49,6 +52,8 @@ async def serve_stream(
                 await results.put(pb.ModelStreamInferResponse(infer_response=encoded))
         except GatewayError as exc:
             failure = exc
+            if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
+                log.error("a ModelStreamInfer request failed: %s", exc.message)
             await results.put(_stream_error(exc.message, message))
         except Exception as exc:
             failure = exc

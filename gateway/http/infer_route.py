@@ -15,11 +15,12 @@ from typing import Any
 
 import orjson
 
-from accel_base.errors import GatewayError, InvalidArgument
+from accel_base.errors import GatewayError, Internal, InvalidArgument
 from gateway.core import InferenceCore
 from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
+from gateway.log_settings import REQUEST_ID
 from gateway.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.tracing.tracer import traced
 
@@ -102,6 +103,8 @@ async def serve_infer(
     )
     request.client_gone = disconnect_probe(receive)
     request.header = _Headers(headers)
+    if request.id:  # the lines logged while serving it name it
+        REQUEST_ID.set(request.id)
     trace = core.tracing.start(request, "http", started, request.header) if started else None
     if trace is None:
         response = await core.infer(request)
@@ -133,6 +136,8 @@ async def answer_errors(send: Send, path: str, handler: Awaitable[None]) -> None
     try:
         await handler
     except GatewayError as exc:
+        if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
+            log.error("a request on %s failed: %s", path, exc.message)
         await error(send, exc.message, exc.http_status, exc.retry_after_s)
     except Exception as exc:
         log.exception("unexpected error on %s", path)

@@ -65,6 +65,13 @@ class Destination:
             timeout_s = float(timeout)
         except ValueError:
             raise ValueError(f"OTEL_EXPORTER_OTLP_TIMEOUT '{timeout}' is not seconds") from None
+        protocol = (_variable("PROTOCOL") or "http/protobuf").strip().lower()
+        if protocol != "http/protobuf":  # a collector's gRPC port would never answer HTTP
+            raise ValueError(
+                f"OTEL_EXPORTER_OTLP_PROTOCOL '{protocol}': the gateway exports OTLP over "
+                "HTTP/protobuf only; set http/protobuf and the collector's HTTP endpoint "
+                "(port 4318)"
+            )
         compression = (_variable("COMPRESSION") or "none").strip().lower()
         if compression not in ("gzip", "deflate", "none"):
             raise ValueError(

@@ -182,9 +182,15 @@ def batch_spans(
         }  # fmt: skip
         links = [Link(trace.context) for trace, _ in entries]
         batch = first.child("batch", started_ns, done_ns, attributes, links)
-        first.child("instance run", ran_ns - run_ns, ran_ns, parent=batch)
+        run = {"model.name": model, "batch.size": rows}
+        first.child("instance run", ran_ns - run_ns, ran_ns, run, parent=batch)
+        queued = {"model.name": model, "model.version": version}
         for trace, accepted in entries:
-            trace.child("queue", accepted, started_ns)
+            trace.child("queue", accepted, started_ns, queued)
             trace.answered_ns = done_ns
+            # The version that served it: a request for "" (the latest) now names it (an
+            # ensemble's steps are other models, and leave its version as asked).
+            if trace.request_attributes["model.name"] == model:
+                trace.request_attributes["model.version"] = version
     except Exception:
         log.exception("tracing: the spans of a batch of model '%s' were lost", model)

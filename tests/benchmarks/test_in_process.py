@@ -4,20 +4,23 @@ answered requests only, and its pairs compare like with like."""
 from __future__ import annotations
 
 import os
+import statistics
 
 import pytest
 
 from benchmarks.grpc_path import grpc_path_ns, simple_grpc_request
-from benchmarks.http_path import http_path_ns
+from benchmarks.http_path import http_path_ns, simple_request
 from benchmarks.in_process import paired_difference, priced_verdict
-from benchmarks.routing import simple_request
 
 PATHS = {
     "http": (http_path_ns, simple_request),
     "grpc": (grpc_path_ns, simple_grpc_request),
 }
 # What each path says of an answer to a model that is not there.
-NOT_FOUND = {"http": r"answered b'404'", "grpc": r"grpc-status 5: .*'missing' is not found"}
+NOT_FOUND = {
+    "http": r"answered 200 x 404$",  # the warm-up's 200 requests, each counted
+    "grpc": r"grpc-status 200 x 5 \(.*'missing' is not found",
+}
 
 
 @pytest.mark.parametrize("protocol", PATHS)
@@ -28,8 +31,9 @@ def test_each_round_prices_answered_requests(repository_copy, protocol):
     rounds = measure(repository, {"a": request("simple"), "b": request("simple")}, core, 4, 20)
     assert len(rounds["a"]) == len(rounds["b"]) == 4
     assert all(0 < ns < 50_000_000 for ns in rounds["a"] + rounds["b"])
-    base, added, low, high = paired_difference(rounds, "a", "b")
-    assert base > 0 and low <= added <= high
+    base, added, _, _ = paired_difference(rounds, "a", "b")
+    assert base == statistics.median(rounds["a"])
+    assert added == statistics.median(b - a for a, b in zip(rounds["a"], rounds["b"], strict=True))
 
 
 @pytest.mark.parametrize("protocol", PATHS)

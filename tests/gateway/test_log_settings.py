@@ -3,13 +3,14 @@ the formats, and per-component levels."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 import pytest
 
 from accel_base.errors import InvalidArgument
-from gateway.log_settings import JsonFormatter, LogSettings, parse_levels
+from gateway.log_settings import REQUEST_ID, JsonFormatter, LogSettings, parse_levels
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +71,24 @@ def test_json_lines_carry_the_request_fields():
     assert line["message"] == "m done" and line["level"] == "INFO"
     assert (line["model"], line["status"], line["request_id"]) == ("m", 200, "r1")
     assert line["time"].endswith("Z")
+
+
+def test_a_line_logged_while_serving_a_request_names_it():
+    def line() -> dict:
+        record = logging.LogRecord("gateway.http", logging.ERROR, __file__, 1, "failed", (), None)
+        return json.loads(JsonFormatter().format(record))
+
+    async def serve(request_id: str) -> dict:
+        REQUEST_ID.set(request_id)
+        await asyncio.sleep(0)  # the other request's task runs meanwhile
+        return line()
+
+    async def both() -> list[dict]:
+        return await asyncio.gather(serve("r1"), serve("r2"))
+
+    first, second = asyncio.run(both())
+    assert (first["request_id"], second["request_id"]) == ("r1", "r2")
+    assert "request_id" not in line()  # outside any request's task
 
 
 def test_component_levels():

@@ -173,13 +173,15 @@ def test_a_lone_client_does_not_wait_the_batch_window(repository_copy, server_fa
     # process shares the cores: the 100 us p99 must hold in one round of three, and
     # every round stays under 1 ms at p99.
     rounds = []
-    for _ in range(3):
-        waits = round_of_waits(400)
-        assert np.percentile(waits, 99) < 1_000_000, sorted(waits)[-5:]
-        rounds.append(np.percentile(waits, 99))
-        if rounds[-1] < 100_000:
-            break
-    client.close()
+    try:
+        for _ in range(3):
+            waits = round_of_waits(400)
+            assert np.percentile(waits, 99) < 1_000_000, sorted(waits)[-5:]
+            rounds.append(np.percentile(waits, 99))
+            if rounds[-1] < 100_000:
+                break
+    finally:
+        client.close()
     assert min(rounds) < 100_000, rounds
 
 

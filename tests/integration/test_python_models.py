@@ -5,9 +5,11 @@ segfaults failing only its own requests."""
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,9 @@ def server(tmp_path_factory):
     simple.build(repo)
     python_models.build(repo)
     shutil.copytree(FAULTS, repo / "py_faults")
-    process = start_server(repo, log_dir=tmp_path_factory.mktemp("python-logs"))
+    process = start_server(
+        repo, "--log-format", "json", log_dir=tmp_path_factory.mktemp("python-logs")
+    )
     yield process
     assert process.stop() == 0, process.log()
 
@@ -139,10 +143,27 @@ def test_a_model_calls_another_model_of_the_gateway(server):
     assert stats["inference_count"] >= 2  # the calls went through simple's scheduler
 
 
-def fault(client: httpclient.InferenceServerClient, word: str):
+def fault(client: httpclient.InferenceServerClient, word: str, request_id: str = ""):
     tensor = httpclient.InferInput("COMMAND", [1], "BYTES")
     tensor.set_data_from_numpy(np.array([word.encode()], dtype=object))
-    return client.infer("py_faults", [tensor])
+    return client.infer("py_faults", [tensor], request_id=request_id)
+
+
+def test_a_backend_failure_is_logged_with_its_request_id(server):
+    http = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException):
+        fault(http, "raise", request_id="fault-7")
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+        named = [line for line in lines if line.get("request_id") == "fault-7"]
+        if named or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert [line["level"] for line in named] == ["ERROR"], named
+    assert "the model was asked to raise" in named[0]["message"]
+    # A line logged outside any request names none.
+    assert any("request_id" not in line for line in lines)
 
 
 @pytest.mark.parametrize("word", ["raise", "exit", "segfault"])

@@ -120,7 +120,7 @@ def test_a_request_is_one_trace_from_front_to_response(served: Served, protocol:
     client.infer("simple", simple_inputs(module), request_id="req-7")
     (root,) = served.spans("infer simple")
     assert root.attributes["model.name"] == "simple"
-    assert root.attributes["model.version"] == ""
+    assert root.attributes["model.version"] == "1"  # asked for "" (the latest): served by 1
     assert root.attributes["request.id"] == "req-7"
     assert root.attributes["rpc.system"] == protocol
     assert root.parent is None  # no traceparent: a trace of its own
@@ -131,8 +131,10 @@ def test_a_request_is_one_trace_from_front_to_response(served: Served, protocol:
     assert batch.attributes["batch.size"] == 1 and batch.attributes["model.version"] == "1"
     run = children["instance run"][0]
     assert run.parent.span_id == batch.context.span_id
+    assert dict(run.attributes) == {"model.name": "simple", "batch.size": 1}
     assert batch.start_time <= run.start_time <= run.end_time <= batch.end_time
     queue = children["queue"][0]
+    assert dict(queue.attributes) == {"model.name": "simple", "model.version": "1"}
     assert root.start_time <= queue.start_time <= queue.end_time <= batch.start_time
     response = children["response"][0]
     assert batch.end_time <= response.start_time <= response.end_time <= root.end_time
@@ -205,9 +207,19 @@ def test_trace_settings_through_tritonclient(served: Served, protocol: str) -> N
         client.infer("simple", simple_inputs(module))
         assert served.spans() == []
         assert settings("simple")["trace_level"] == ["OFF"]
+        # A count: that many more traces, then none, and the setting reads what is left.
+        client.update_trace_settings(
+            model_name="simple",
+            settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "2"},
+        )
+        for _ in range(4):
+            client.infer("simple", simple_inputs(module))
+        assert len(served.spans("infer simple")) == 2
+        assert settings("simple")["trace_count"] == "0"
     finally:
         client.update_trace_settings(
-            model_name="simple", settings={"trace_rate": None, "trace_level": None}
+            model_name="simple",
+            settings={"trace_rate": None, "trace_level": None, "trace_count": None},
         )
     assert settings("simple") == settings()
     with pytest.raises(InferenceServerException, match="trace_rate must be at least 1"):

@@ -218,6 +218,8 @@ def test_the_endpoint_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     [
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli", "use gzip, deflate or none"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon", "is not seconds"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc", "over HTTP/protobuf only"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "over HTTP/protobuf only"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318", "is not an http"),
         ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "No such file"),
     ],
