@@ -57,6 +57,53 @@ def test_every_query_names_exported_metrics(gateway, tmp_path):
     assert missing == set()
 
 
+def labels_used(query: str) -> set[str]:
+    """Labels a query groups by or matches on (not `le`, every histogram bucket's)."""
+    used = set()
+    for group in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", query):
+        used |= {name.strip() for name in group.split(",") if name.strip()}
+    for matchers in re.findall(r"\{([^}]*)\}", query):
+        used |= set(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", matchers))
+    return used - {"le"}
+
+
+def series_labels(text: str) -> dict[str, set[str]]:
+    """Each family's label names, from its samples (a family with none is left out)."""
+    found: dict[str, set[str]] = {}
+    for name, labels in re.findall(r"^([a-zA-Z_:][\w:]*)\{([^}]*)\}", text, re.MULTILINE):
+        base = next((name[: -len(p)] for p in HISTOGRAM_PARTS if name.endswith(p)), name)
+        found.setdefault(base, set()).update(re.findall(r'(\w+)="', labels))
+    return found
+
+
+def test_every_label_a_query_uses_is_on_its_metrics(gateway, tmp_path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.metrics_port}/metrics") as reply:
+        text = reply.read().decode()
+    reading = GpuReading(0, "GPU-0", utilization=0.5, memory_total_bytes=2, memory_used_bytes=1)
+    text += render(ModelRepository(tmp_path), read_gpus=lambda: [reading])
+    labels = series_labels(text)
+    checked, wrong = 0, []
+    for query in queries():
+        names = {next((n[: -len(p)] for p in HISTOGRAM_PARTS if n.endswith(p)), n)
+                 for n in metric_names(query)}  # fmt: skip
+        seen = [labels[n] for n in names if n in labels]
+        if not seen:  # no samples of these families on this gateway: nothing to read
+            continue
+        checked += 1
+        missing = labels_used(query) - set().union(*seen)
+        if missing:
+            wrong.append((query, sorted(missing)))
+    assert checked >= 10
+    assert wrong == []
+
+
+def test_the_label_reader_reads_promql():
+    query = 'sum by (model, reason) (rate(a{model=~"$m", le!="1"}[1m])) / sum without (gpu) (b)'
+    assert labels_used(query) == {"model", "reason", "gpu"}
+    text = 'a_bucket{model="m",le="1"} 2\nb 1\nc{device="cpu"} 3\n'
+    assert series_labels(text) == {"a": {"model", "le"}, "c": {"device"}}
+
+
 def test_the_name_reader_reads_promql():
     query = (
         'histogram_quantile(0.9, sum by (le, model) (rate(a_bucket{model=~"$m"}[5m]))) '
