@@ -75,6 +75,9 @@ def uvicorn_server(
         proxy_headers=False,
         server_header=False,
         date_header=False,
+        # Each request's task in a fresh context: a pipelined request's task is started
+        # from its predecessor's and would inherit its request id (CPython #140947).
+        reset_contextvars=True,
         # One context, built and checked at start, serves every TLS listener.
         ssl_context_factory=(lambda _config, _default: context) if context else None,
     )

@@ -11,47 +11,18 @@ changed through the protocol: a client must not choose where the server writes.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from contextvars import ContextVar
 from typing import Any
 
 from accel_base.errors import InvalidArgument, PermissionDenied
+from accel_base.logs import JsonFormatter
 
 FORMATS = ("default", "ISO8601", "json")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Components whose level may be set on their own (--log-levels gateway.http=debug,...):
 # any logger name works; these are the ones the server's modules log under.
 COMPONENTS = ("accel_gateway", "gateway", "backends", "workers")
-# The id its client gave the request the current task serves ("" where none): a JSON
-# line logged while serving it carries it. Each request runs in a task of its own, whose
-# context this is; the fronts set it once they have decoded the request.
-REQUEST_ID: ContextVar[str] = ContextVar("request_id", default="")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object a line: time (UTC ISO 8601), level, logger, message, and the
-    request id and model where the record carries them (`extra=`); the request id also
-    where the line was logged while serving a request that has one (REQUEST_ID)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key in ("request_id", "model", "version", "status", "duration_ms", "protocol"):
-            value = getattr(record, key, None)
-            if value is not None:
-                entry[key] = value
-        if "request_id" not in entry and (serving := REQUEST_ID.get()):
-            entry["request_id"] = serving
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
 
 
 class IsoFormatter(logging.Formatter):
@@ -61,6 +32,32 @@ class IsoFormatter(logging.Formatter):
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + (
             f".{int(record.msecs):03d}Z"
         )
+
+
+class Occasional:
+    """A line that may repeat thousands of times a second (a model failing every
+    request), logged at most once every `every_s` per key: the first at once, then one
+    an interval that counts the ones held back. The metrics count every one."""
+
+    MAX_KEYS = 1024  # keys are models or routes: bounded all the same
+
+    def __init__(self, logger: logging.Logger, level: int, every_s: float) -> None:
+        self.logger, self.level, self.every_s = logger, level, every_s
+        self._seen: dict[Any, tuple[float, int]] = {}  # key: (when last logged, held since)
+
+    def __call__(self, key: Any, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        last, held = self._seen.get(key, (-self.every_s, 0))
+        if now - last < self.every_s:
+            self._seen[key] = (last, held + 1)
+            return
+        if key not in self._seen and len(self._seen) >= self.MAX_KEYS:
+            self._seen.clear()
+        self._seen[key] = (now, 0)
+        if held:
+            message += " (and %d more like it in the last %.0f s)"
+            args += (held, now - last)
+        self.logger.log(self.level, message, *args)
 
 
 def formatter(name: str) -> logging.Formatter:

@@ -17,6 +17,7 @@ reason; it never stops the server.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,7 +327,11 @@ class ModelRepository:
         before = self._loaded(name)
         # Shielded: a caller that goes away (a cancelled gRPC call) must not stop a load
         # half way, with instances built and their bytes no longer booked.
-        loading = asyncio.ensure_future(self._load(name, config_json, if_unloaded))
+        # A context of its own: a load serves whoever waits for it, not only the request
+        # (and its id, which log lines carry) that started it.
+        loading = asyncio.get_running_loop().create_task(
+            self._load(name, config_json, if_unloaded), context=contextvars.Context()
+        )
         loading.add_done_callback(_retrieved)  # a failure after its caller went away
         try:
             await asyncio.shield(loading)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from accel_base.cpu import usable_cores
+from accel_base.logs import FORMAT_VARIABLE, logs_json
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from backends.parameters import string_parameter
@@ -39,6 +40,11 @@ def worker_environment(
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["ACCEL_GATEWAY_PARENT_PID"] = str(parent_pid)
+    # Its lines in the format the gateway logs in now (JSON lines among JSON lines).
+    if logs_json():
+        env[FORMAT_VARIABLE] = "json"
+    else:
+        env.pop(FORMAT_VARIABLE, None)
     for key, value in _ALLOCATOR_SETTINGS.items():
         env.setdefault(key, value)
     if device.kind == "gpu":

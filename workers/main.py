@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from accel_base.errors import GatewayError
+from accel_base.logs import FORMAT_VARIABLE, JsonFormatter
 from accel_base.proto import model_config_pb2 as mc
 from backends import Backend, Device, backend_class
 from workers import protocol
@@ -163,9 +164,13 @@ def _prepare(platform: str) -> None:
 
 
 def _name_in_logs(name: str) -> None:
+    """Every line names the worker, as JSON where the gateway logs JSON."""
+    json_lines = os.environ.get(FORMAT_VARIABLE) == "json"
     for handler in logging.getLogger().handlers:
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s worker {name} %(levelname)s %(message)s")
+            JsonFormatter(worker=name)
+            if json_lines
+            else logging.Formatter(f"%(asctime)s worker {name} %(levelname)s %(message)s")
         )
 
 

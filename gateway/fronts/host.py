@@ -19,11 +19,11 @@ import time
 from typing import Any
 
 from accel_base.errors import GatewayError, Internal, InvalidArgument, NotFound, Unavailable
+from accel_base.logs import REQUEST_ID
 from gateway.core import InferenceCore
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
 from gateway.inference import InferRequest, RequestedOutput
-from gateway.log_settings import REQUEST_ID
 from gateway.model import ModelVersion
 from gateway.scheduling.dynamic import DynamicBatcher
 from gateway.tracing.tracer import traced
@@ -94,8 +94,7 @@ class FrontLink:
         try:
             request = wire.request_of(message, arena)
             request.client_gone = functools.partial(operator.contains, gone, call)
-            if request.id:  # the host's lines while serving it name it, as a front's do
-                REQUEST_ID.set(request.id)
+            REQUEST_ID.set(request.id)  # the host's lines while serving it name it
             reply, reply_arena = await self._answer(call, request)
         except Exception as exc:  # noqa: BLE001 - a GatewayError, or a 500
             reply, reply_arena = self._failure(call, exc, "request"), None

@@ -15,15 +15,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from accel_base.errors import GatewayError, Internal
+from accel_base.logs import REQUEST_ID
 from accel_base.proto import grpc_service_pb2 as pb
 from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.core import InferenceCore
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
 from gateway.grpc.streaming import serve_stream
-from gateway.log_settings import REQUEST_ID
+from gateway.log_settings import Occasional
 from gateway.tracing.tracer import traced
 
 log = logging.getLogger(__name__)
+# A model failing every call is one line every 10 s per method and model, not one a call.
+_backend_failed = Occasional(log, logging.ERROR, 10.0)
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -37,7 +40,8 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
             return await method(self, request, context)
         except GatewayError as exc:
             if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
-                log.error("a %s call failed: %s", method.__name__, exc.message)
+                key = (method.__name__, getattr(request, "model_name", ""))
+                _backend_failed(key, "a %s call failed: %s", method.__name__, exc.message)
             if exc.retry_after_s is not None:  # gRPC's retry pushback, in milliseconds
                 pushback = str(int(exc.retry_after_s * 1000))
                 context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
@@ -185,8 +189,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter_ns() if tracing.settings.enabled else 0
         infer_request = decode_request(request, self.core.shared_memory.input_array)
         infer_request.header = _Metadata(context)
-        if infer_request.id:  # the lines logged while serving it name it
-            REQUEST_ID.set(infer_request.id)
+        REQUEST_ID.set(infer_request.id)  # the lines logged while serving it name it
         remaining = context.time_remaining()  # None without a deadline
         if remaining is not None:
             infer_request.deadline = time.monotonic() + remaining

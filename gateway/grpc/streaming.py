@@ -10,11 +10,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from accel_base.errors import GatewayError, Internal
+from accel_base.logs import REQUEST_ID
 from accel_base.proto import grpc_service_pb2 as pb
 from gateway.grpc.codec import decode_request, encode_response
-from gateway.log_settings import REQUEST_ID
+from gateway.log_settings import Occasional
 
 log = logging.getLogger(__name__)
+# A model failing every request is one line every 10 s per model, not one a request.
+_backend_failed = Occasional(log, logging.ERROR, 10.0)
 
 # Requests of one ModelStreamInfer call that may be in flight at once.
 STREAM_IN_FLIGHT = 256
@@ -40,8 +43,7 @@ async def serve_stream(
             started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
             request = decode_request(message, core.shared_memory.input_array)
             request.header = header
-            if request.id:  # this request's task: the lines logged while serving it name it
-                REQUEST_ID.set(request.id)
+            REQUEST_ID.set(request.id)  # this request's task: the lines it logs name it
             if started:  # each request of a stream is traced as a unary call would be
                 trace = core.tracing.start(request, "grpc", started, request.header)
             async for item in core.infer_stream(request):
@@ -53,7 +55,9 @@ async def serve_stream(
         except GatewayError as exc:
             failure = exc
             if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
-                log.error("a ModelStreamInfer request failed: %s", exc.message)
+                _backend_failed(
+                    message.model_name, "a ModelStreamInfer request failed: %s", exc.message
+                )
             await results.put(_stream_error(exc.message, message))
         except Exception as exc:
             failure = exc

@@ -16,15 +16,18 @@ from typing import Any
 import orjson
 
 from accel_base.errors import GatewayError, Internal, InvalidArgument
+from accel_base.logs import REQUEST_ID
 from gateway.core import InferenceCore
 from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
-from gateway.log_settings import REQUEST_ID
+from gateway.log_settings import Occasional
 from gateway.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.tracing.tracer import traced
 
 log = logging.getLogger(__name__)
+# A model failing every request is one line every 10 s per route, not one a request.
+_backend_failed = Occasional(log, logging.ERROR, 10.0)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -103,8 +106,7 @@ async def serve_infer(
     )
     request.client_gone = disconnect_probe(receive)
     request.header = _Headers(headers)
-    if request.id:  # the lines logged while serving it name it
-        REQUEST_ID.set(request.id)
+    REQUEST_ID.set(request.id)  # the lines logged while serving it name it ("": none)
     trace = core.tracing.start(request, "http", started, request.header) if started else None
     if trace is None:
         response = await core.infer(request)
@@ -137,7 +139,7 @@ async def answer_errors(send: Send, path: str, handler: Awaitable[None]) -> None
         await handler
     except GatewayError as exc:
         if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
-            log.error("a request on %s failed: %s", path, exc.message)
+            _backend_failed(path, "a request on %s failed: %s", path, exc.message)
         await error(send, exc.message, exc.http_status, exc.retry_after_s)
     except Exception as exc:
         log.exception("unexpected error on %s", path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -156,7 +157,10 @@ class DynamicBatcher:
 
     def _ensure_driver(self) -> None:
         if self._driver is None or self._driver.done():
-            self._driver = asyncio.get_running_loop().create_task(self._drive())
+            # A context of its own: the driver serves every request, not the one whose
+            # task started it (its context variables: the request id logs carry).
+            loop = asyncio.get_running_loop()
+            self._driver = loop.create_task(self._drive(), context=contextvars.Context())
 
     async def _drive(self) -> None:
         while True:

@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.log_settings import Occasional
 from gateway.tracing import otlp
 from gateway.tracing.otlp_http import Destination, ExportFailed, Poster
 
@@ -84,7 +85,7 @@ class SpanExport:
         self._task: asyncio.Task | None = None
         self._closed = False
         self.exported = self.dropped = self.failed = 0
-        self._logged: dict[str, float] = {}
+        self._now_and_then = Occasional(log, logging.WARNING, LOG_EVERY_S)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         pass  # spans reach this processor finished
@@ -166,12 +167,6 @@ class SpanExport:
                 log.exception("tracing: a batch of %d spans could not be exported", len(spans))
             else:
                 self.exported += len(spans)
-
-    def _now_and_then(self, kind: str, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        if now - self._logged.get(kind, -LOG_EVERY_S) >= LOG_EVERY_S:
-            self._logged[kind] = now
-            log.warning(message, *args)
 
     async def close(self) -> None:
         """Send what is queued (bounded by the export timeout), then stop; spans that

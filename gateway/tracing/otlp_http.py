@@ -40,6 +40,19 @@ def _variable(name: str) -> str | None:
     )
 
 
+def _check_protocol() -> None:
+    """OTLP over HTTP/protobuf only: spans sent to a collector's gRPC port are lost."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = os.environ.get(name, "").strip()
+        if protocol:
+            if protocol.lower() != "http/protobuf":
+                raise ValueError(
+                    f"{name} is '{protocol}': the gateway exports OTLP over HTTP/protobuf "
+                    "only; set http/protobuf and the collector's HTTP endpoint (port 4318)"
+                )
+            return  # the traces' own setting wins over the general one
+
+
 @dataclass(frozen=True)
 class Destination:
     url: str = DEFAULT_URL
@@ -55,7 +68,8 @@ class Destination:
         """`url` (--trace-config's) or the OTEL_* variables. ValueError on a bad one."""
         from opentelemetry.util.re import parse_env_headers
 
-        if url is None:
+        if url is None:  # a url given here is ours: the variables' protocol is other SDKs'
+            _check_protocol()
             url = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         if url is None:
             base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -65,13 +79,6 @@ class Destination:
             timeout_s = float(timeout)
         except ValueError:
             raise ValueError(f"OTEL_EXPORTER_OTLP_TIMEOUT '{timeout}' is not seconds") from None
-        protocol = (_variable("PROTOCOL") or "http/protobuf").strip().lower()
-        if protocol != "http/protobuf":  # a collector's gRPC port would never answer HTTP
-            raise ValueError(
-                f"OTEL_EXPORTER_OTLP_PROTOCOL '{protocol}': the gateway exports OTLP over "
-                "HTTP/protobuf only; set http/protobuf and the collector's HTTP endpoint "
-                "(port 4318)"
-            )
         compression = (_variable("COMPRESSION") or "none").strip().lower()
         if compression not in ("gzip", "deflate", "none"):
             raise ValueError(

@@ -58,8 +58,9 @@ def test_every_query_names_exported_metrics(gateway, tmp_path):
 
 
 def labels_used(query: str) -> set[str]:
-    """Labels a query groups by or matches on (not `le`, every histogram bucket's)."""
-    used = set()
+    """Labels a query groups by, matches on or lists (`label_values(metric, label)`), not
+    `le` (every histogram bucket's)."""
+    used = set(re.findall(r"label_values\(\s*[^,()]+,\s*(\w+)\s*\)", query))
     for group in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", query):
         used |= {name.strip() for name in group.split(",") if name.strip()}
     for matchers in re.findall(r"\{([^}]*)\}", query):
@@ -68,9 +69,11 @@ def labels_used(query: str) -> set[str]:
 
 
 def series_labels(text: str) -> dict[str, set[str]]:
-    """Each family's label names, from its samples (a family with none is left out)."""
+    """Each family's label names, from its samples (a family with no sample is left out;
+    one whose samples carry no labels has none)."""
     found: dict[str, set[str]] = {}
-    for name, labels in re.findall(r"^([a-zA-Z_:][\w:]*)\{([^}]*)\}", text, re.MULTILINE):
+    sample = r"^([a-zA-Z_:][\w:]*)(?:\{([^}]*)\})?\s"
+    for name, labels in re.findall(sample, text, re.MULTILINE):
         base = next((name[: -len(p)] for p in HISTOGRAM_PARTS if name.endswith(p)), name)
         found.setdefault(base, set()).update(re.findall(r'(\w+)="', labels))
     return found
@@ -87,10 +90,11 @@ def test_every_label_a_query_uses_is_on_its_metrics(gateway, tmp_path):
         names = {next((n[: -len(p)] for p in HISTOGRAM_PARTS if n.endswith(p)), n)
                  for n in metric_names(query)}  # fmt: skip
         seen = [labels[n] for n in names if n in labels]
-        if not seen:  # no samples of these families on this gateway: nothing to read
+        used = labels_used(query)
+        if not seen or not used:  # no samples of these families here, or no label used
             continue
         checked += 1
-        missing = labels_used(query) - set().union(*seen)
+        missing = used - set().union(*seen)
         if missing:
             wrong.append((query, sorted(missing)))
     assert checked >= 10
@@ -100,8 +104,9 @@ def test_every_label_a_query_uses_is_on_its_metrics(gateway, tmp_path):
 def test_the_label_reader_reads_promql():
     query = 'sum by (model, reason) (rate(a{model=~"$m", le!="1"}[1m])) / sum without (gpu) (b)'
     assert labels_used(query) == {"model", "reason", "gpu"}
-    text = 'a_bucket{model="m",le="1"} 2\nb 1\nc{device="cpu"} 3\n'
-    assert series_labels(text) == {"a": {"model", "le"}, "c": {"device"}}
+    assert labels_used("label_values(c_total, model)") == {"model"}
+    text = '# TYPE b gauge\na_bucket{model="m",le="1"} 2\nb 1\nc{device="cpu"} 3\n'
+    assert series_labels(text) == {"a": {"model", "le"}, "b": set(), "c": {"device"}}
 
 
 def test_the_name_reader_reads_promql():

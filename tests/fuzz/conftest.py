@@ -20,6 +20,9 @@ settings.register_profile(
     max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "300")),
     deadline=None,
     database=None,
+    # New inputs every run, CI's included (Hypothesis's CI profile, which it picks when
+    # CI is set, would try the same ones each time); a failure prints how to replay it.
+    derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("fuzz")

@@ -10,7 +10,8 @@ import logging
 import pytest
 
 from accel_base.errors import InvalidArgument
-from gateway.log_settings import REQUEST_ID, JsonFormatter, LogSettings, parse_levels
+from accel_base.logs import REQUEST_ID, JsonFormatter
+from gateway.log_settings import LogSettings, Occasional, parse_levels
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +23,7 @@ def restore_logging():
     for handler, formatter in zip(root.handlers, formatters, strict=False):
         handler.setFormatter(formatter)
     logging.getLogger("gateway.http").setLevel(logging.NOTSET)
+    logging.captureWarnings(False)  # LogSettings.apply turns it on
 
 
 def test_the_extension_shows_the_level_the_server_started_with():
@@ -89,6 +91,23 @@ def test_a_line_logged_while_serving_a_request_names_it():
     first, second = asyncio.run(both())
     assert (first["request_id"], second["request_id"]) == ("r1", "r2")
     assert "request_id" not in line()  # outside any request's task
+
+
+def test_an_occasional_line_is_logged_once_an_interval_counting_the_rest(monkeypatch, caplog):
+    clock = [100.0]
+    monkeypatch.setattr("gateway.log_settings.time.monotonic", lambda: clock[0])
+    failed = Occasional(logging.getLogger("gateway.test"), logging.ERROR, 10.0)
+    with caplog.at_level(logging.ERROR, logger="gateway.test"):
+        for _ in range(5):
+            failed("m", "model %s failed", "m")
+        failed("other", "model %s failed", "other")  # its own key: its own line
+        clock[0] += 10.0
+        failed("m", "model %s failed", "m")
+    assert [r.getMessage() for r in caplog.records] == [
+        "model m failed",
+        "model other failed",
+        "model m failed (and 4 more like it in the last 10 s)",
+    ]
 
 
 def test_component_levels():

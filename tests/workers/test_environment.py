@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import subprocess
+import sys
+
 from accel_base.cpu import usable_cores
+from accel_base.logs import FORMAT_VARIABLE, JsonFormatter
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from workers.environment import worker_environment
@@ -56,3 +62,28 @@ def test_thread_counts_default_to_the_usable_cores_and_keep_the_users_own():
     torch_count = config(INTRA_OP_THREAD_COUNT="2")
     env, _ = worker_environment(torch_count, Device("cpu"), 1, base={"OMP_NUM_THREADS": "7"})
     assert [env[key] for key in THREAD_VARIABLES] == ["2"] * 3
+
+
+def test_a_worker_logs_json_lines_where_its_parent_does():
+    root = logging.getLogger()
+    handler = logging.StreamHandler()
+    root.addHandler(handler)
+    try:
+        env, _ = worker_environment(config(), Device("cpu"), 1, base={FORMAT_VARIABLE: "x"})
+        assert FORMAT_VARIABLE not in env  # the parent logs text: so does the worker
+        handler.setFormatter(JsonFormatter())
+        env, _ = worker_environment(config(), Device("cpu"), 1, base={})
+        assert env[FORMAT_VARIABLE] == "json"
+    finally:
+        root.removeHandler(handler)
+    # The worker's own start, in a process of its own: every line JSON, naming it.
+    code = (
+        "import logging; from workers.main import _name_in_logs; "
+        "logging.basicConfig(level=logging.INFO); _name_in_logs('w1'); "
+        "logging.getLogger('accel_gateway.worker').warning('loaded')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    assert [(e["worker"], e["level"], e["message"]) for e in lines] == [("w1", "WARNING", "loaded")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections.abc import Callable
 from typing import Any
@@ -146,7 +147,12 @@ class SequenceBatcher:
     def _ensure_drivers(self) -> None:
         if not self._drivers:
             loop = asyncio.get_running_loop()
-            self._drivers = [loop.create_task(self._drive(i)) for i in range(len(self._wake))]
+            # Contexts of their own: they serve every sequence, not the request whose task
+            # started them (its context variables: the request id logs carry).
+            self._drivers = [
+                loop.create_task(self._drive(i), context=contextvars.Context())
+                for i in range(len(self._wake))
+            ]
 
     async def _drive(self, index: int) -> None:
         instance, wake = self.pool.instances[index], self._wake[index]

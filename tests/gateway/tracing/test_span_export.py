@@ -204,6 +204,15 @@ def test_gzip_and_headers_from_the_environment(
     assert len(names()) == 2
 
 
+def test_a_url_of_our_own_is_ours_whatever_protocol_other_sdks_are_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    assert Destination.from_environment("http://given:1/x").url == "http://given:1/x"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "HTTP/protobuf")
+    assert Destination.from_environment().url.endswith("/v1/traces")  # the traces' own wins
+
+
 def test_the_endpoint_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
@@ -218,7 +227,7 @@ def test_the_endpoint_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     [
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli", "use gzip, deflate or none"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon", "is not seconds"),
-        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc", "over HTTP/protobuf only"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc", "TRACES_PROTOCOL is 'grpc'"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "over HTTP/protobuf only"),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318", "is not an http"),
         ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "No such file"),
