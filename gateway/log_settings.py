@@ -52,12 +52,12 @@ class Occasional:
             self._seen[key] = (last, held + 1)
             return
         if key not in self._seen and len(self._seen) >= self.MAX_KEYS:
-            self._seen.clear()
+            del self._seen[next(iter(self._seen))]  # the longest known goes
         self._seen[key] = (now, 0)
         if held:
             message += " (and %d more like it in the last %.0f s)"
             args += (held, now - last)
-        self.logger.log(self.level, message, *args)
+        self.logger.log(self.level, message, *args, stacklevel=2)  # the caller's line
 
 
 def formatter(name: str) -> logging.Formatter:

@@ -166,6 +166,7 @@ def _prepare(platform: str) -> None:
 def _name_in_logs(name: str) -> None:
     """Every line names the worker, as JSON where the gateway logs JSON."""
     json_lines = os.environ.get(FORMAT_VARIABLE) == "json"
+    logging.captureWarnings(True)  # a framework's warnings as lines in that format too
     for handler in logging.getLogger().handlers:
         handler.setFormatter(
             JsonFormatter(worker=name)

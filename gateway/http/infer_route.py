@@ -132,14 +132,19 @@ async def serve_infer(
     await respond(send, 200, payload, reply_headers)
 
 
-async def answer_errors(send: Send, path: str, handler: Awaitable[None]) -> None:
+async def answer_errors(
+    send: Send, path: str, handler: Awaitable[None], model: tuple[str, str] | None = None
+) -> None:
     """Await `handler`, answering a GatewayError with its status and anything else with
     a 500, as {"error": message}: never a stack trace to the client."""
     try:
         await handler
     except GatewayError as exc:
         if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
-            _backend_failed(path, "a request on %s failed: %s", path, exc.message)
+            # Keyed by the model and version asked for: not by the path, which a client
+            # can spell many ways (versions/1, versions/01, ...).
+            key = model or path
+            _backend_failed(key, "a request on %s failed: %s", path, exc.message)
         await error(send, exc.message, exc.http_status, exc.retry_after_s)
     except Exception as exc:
         log.exception("unexpected error on %s", path)
@@ -161,7 +166,9 @@ def with_infer_route(app: ASGIApp, core: InferenceCore, max_body_bytes: int) -> 
                 handler = serve_infer(
                     core, max_body_bytes, scope, receive, send, match[1], match[2] or ""
                 )
-                await answer_errors(send, scope["path"], handler)
+                version = match[2] or ""
+                model = (match[1], str(int(version)) if version.isdigit() else version)
+                await answer_errors(send, scope["path"], handler, model)
                 return
         await app(scope, receive, send)
 

@@ -20,6 +20,7 @@ import logging
 import threading
 from collections import OrderedDict
 
+from accel_base.logs import FORMAT_VARIABLE
 from backends.base import Device
 from workers.client import WorkerProcess
 
@@ -41,7 +42,9 @@ class SpareWorkers:
     ) -> WorkerProcess:
         """A worker for this instance: the oldest live spare of its kind, else a new
         one; for a GPU instance, spares start (importing) to make up `per_kind`."""
-        key = (frozenset(env.items()), nice, platform)
+        # Not by log format: a run-time change of it would strand every spare started
+        # before it (a worker logs in the format of its start, spares included).
+        key = (frozenset(i for i in env.items() if i[0] != FORMAT_VARIABLE), nice, platform)
         worker = None
         while worker is None:
             with self._lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import time
@@ -125,7 +126,11 @@ class SpanExport:
                 return  # queued until a span ends on a loop
             self._loop, self._wake = running, asyncio.Event()
             self._poster.close()  # its connection belonged to the old loop
-            self._task = running.create_task(self._run(), name="trace export")
+            # A context of its own: it exports every request's spans, not only those of the
+            # request whose span started it (whose id log lines would carry).
+            self._task = running.create_task(
+                self._run(), name="trace export", context=contextvars.Context()
+            )
         elif running is self._loop:
             assert self._wake is not None
             self._wake.set()

@@ -21,8 +21,10 @@ settings.register_profile(
     deadline=None,
     database=None,
     # New inputs every run, CI's included (Hypothesis's CI profile, which it picks when
-    # CI is set, would try the same ones each time); a failure prints how to replay it.
+    # CI is set, would try the same ones each time); a failure prints how to replay it
+    # (print_blob).
     derandomize=False,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("fuzz")

@@ -143,16 +143,21 @@ def test_a_model_calls_another_model_of_the_gateway(server):
     assert stats["inference_count"] >= 2  # the calls went through simple's scheduler
 
 
-def fault(client: httpclient.InferenceServerClient, word: str, request_id: str = ""):
+def fault(
+    client: httpclient.InferenceServerClient, word: str, request_id: str = "", version: str = ""
+):
     tensor = httpclient.InferInput("COMMAND", [1], "BYTES")
     tensor.set_data_from_numpy(np.array([word.encode()], dtype=object))
-    return client.infer("py_faults", [tensor], request_id=request_id)
+    return client.infer("py_faults", [tensor], request_id=request_id, model_version=version)
 
 
 def test_a_backend_failure_is_logged_with_its_request_id(server):
     http = httpclient.InferenceServerClient(server.http_url)
     with pytest.raises(InferenceServerException):
-        fault(http, "raise", request_id="fault-7")
+        fault(http, "raise", request_id="fault-7", version="1")
+    # The same model and version spelled another way, within 10 s: held back, counted.
+    with pytest.raises(InferenceServerException):
+        fault(http, "raise", request_id="fault-8", version="01")
     deadline = time.monotonic() + 5
     while True:
         lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
@@ -162,6 +167,7 @@ def test_a_backend_failure_is_logged_with_its_request_id(server):
         time.sleep(0.1)
     assert [line["level"] for line in named] == ["ERROR"], named
     assert "the model was asked to raise" in named[0]["message"]
+    assert not [line for line in lines if line.get("request_id") == "fault-8"]
     # A line logged outside any request names none.
     assert any("request_id" not in line for line in lines)
 

@@ -207,6 +207,8 @@ def test_gzip_and_headers_from_the_environment(
 def test_a_url_of_our_own_is_ours_whatever_protocol_other_sdks_are_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     assert Destination.from_environment("http://given:1/x").url == "http://given:1/x"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "HTTP/protobuf")
