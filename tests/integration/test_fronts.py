@@ -136,6 +136,9 @@ def test_a_front_that_dies_is_restarted_without_touching_the_models(two_fronts):
     server, _ = two_fronts
     data = np.zeros((BATCH, 784), dtype=np.float32)  # a full batch: no window to wait
     infer_http(server.http_url, data)
+    # Both listening first: the server is ready once one front listens, and were the victim
+    # the only one yet, nothing would listen until a front came up (a refused connect).
+    wait_until_every_front_serves(server)
     victim = front_pids(server)[0]
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + 20
