@@ -6,15 +6,13 @@ the answer's frames to a transport that reads each call's trailers."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 from urllib.parse import unquote
 
 import hpack
 import numpy as np
 
 from accel_base.proto import grpc_service_pb2 as pb
-from benchmarks.in_process import CountingTransport, path_ns
+from benchmarks.in_process import CountingTransport
 from gateway.core import InferenceCore
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.connection import Connection
@@ -105,17 +103,3 @@ class GrpcPath:
 
     def close(self) -> None:
         self._connection.connection_lost(None)
-
-
-def grpc_path_ns(
-    repository: Path,
-    requests: dict[str, bytes],
-    core: int,
-    rounds: int = 200,
-    per_round: int = 200,
-    before_round: Callable[[InferenceCore, str], None] | None = None,
-    after: Callable[[], Awaitable[None]] | None = None,
-) -> dict[str, list[float]]:
-    """CPU ns per request through the whole gRPC path (in_process.path_ns), for each
-    named serialized ModelInferRequest."""
-    return path_ns(repository, requests, core, GrpcPath, rounds, per_round, before_round, after)

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import numpy as np
 import uvicorn
 from uvicorn.server import ServerState
 
-from benchmarks.in_process import CountingTransport, path_ns
+from benchmarks.in_process import CountingTransport
 from benchmarks.open_loop import http_request
 from gateway.core import InferenceCore
 from gateway.http.app import create_app
@@ -80,17 +78,3 @@ class HttpPath:
 
     def close(self) -> None:
         self._protocol.connection_lost(None)
-
-
-def http_path_ns(
-    repository: Path,
-    requests: dict[str, bytes],
-    core: int,
-    rounds: int = 200,
-    per_round: int = 200,
-    before_round: Callable[[InferenceCore, str], None] | None = None,
-    after: Callable[[], Awaitable[None]] | None = None,
-) -> dict[str, list[float]]:
-    """CPU ns per request through the whole HTTP path (in_process.path_ns), for each
-    named raw HTTP request."""
-    return path_ns(repository, requests, core, HttpPath, rounds, per_round, before_round, after)

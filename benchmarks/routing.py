@@ -36,8 +36,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.http_path import http_path_ns, simple_request
-from benchmarks.in_process import paired_difference, priced_verdict
+from benchmarks.http_path import HttpPath, simple_request
+from benchmarks.in_process import paired_difference, path_ns, priced_verdict
 from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer
 from benchmarks.serving_simple import in_process_floor
 from gateway.launch import start_gateway
@@ -83,7 +83,7 @@ def price_router(repository: Path, core: int) -> tuple[float, float, float, floa
     """The whole HTTP path in process on `core`, to `simple` and through `routed`, in
     alternating rounds (in_process.paired_difference)."""
     requests = {t: simple_request(t) for t in ("simple", "routed")}
-    return paired_difference(http_path_ns(repository, requests, core), "simple", "routed")
+    return paired_difference(path_ns(repository, requests, core, HttpPath), "simple", "routed")
 
 
 def _measure(

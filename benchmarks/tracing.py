@@ -43,9 +43,9 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from benchmarks.grpc_path import grpc_path_ns, simple_grpc_request
-from benchmarks.http_path import http_path_ns, simple_request
-from benchmarks.in_process import paired_difference, priced_verdict
+from benchmarks.grpc_path import GrpcPath, simple_grpc_request
+from benchmarks.http_path import HttpPath, simple_request
+from benchmarks.in_process import paired_difference, path_ns, priced_verdict
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to
 from benchmarks.routing import PROTOCOLS, geometric_mean_interval
 from benchmarks.serving_simple import in_process_floor
@@ -97,8 +97,8 @@ def off_path_ns() -> float:
 
 # The path each protocol is priced on, and `simple`'s request as perf_analyzer sends it.
 PRICED = {
-    "http": (http_path_ns, simple_request("simple")),
-    "grpc": (grpc_path_ns, simple_grpc_request("simple")),
+    "http": (HttpPath, simple_request("simple")),
+    "grpc": (GrpcPath, simple_grpc_request("simple")),
 }
 
 
@@ -113,10 +113,11 @@ def price_one_percent(repository: Path, url: str, core: int, protocol: str) -> t
     def set_up(core_: InferenceCore, name: str) -> None:
         core_.tracing = on if name == "1%" else off
 
-    measure, request = PRICED[protocol]
-    rounds = measure(
-        repository, {"off": request, "1%": request}, core, before_round=set_up, after=on.close
-    )
+    open_path, request = PRICED[protocol]
+    rounds = path_ns(
+        repository, {"off": request, "1%": request}, core, open_path,
+        before_round=set_up, after=on.close,
+    )  # fmt: skip
     return paired_difference(rounds, "off", "1%")
 
 

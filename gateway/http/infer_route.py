@@ -163,10 +163,8 @@ def with_infer_route(app: ASGIApp, core: InferenceCore, max_body_bytes: int) -> 
                 await respond(send, 405, orjson.dumps({"error": message}), headers)
                 return
             if match is not None:
-                handler = serve_infer(
-                    core, max_body_bytes, scope, receive, send, match[1], match[2] or ""
-                )
                 version = match[2] or ""
+                handler = serve_infer(core, max_body_bytes, scope, receive, send, match[1], version)
                 model = (match[1], str(int(version)) if version.isdigit() else version)
                 await answer_errors(send, scope["path"], handler, model)
                 return

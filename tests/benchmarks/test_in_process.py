@@ -8,13 +8,13 @@ import statistics
 
 import pytest
 
-from benchmarks.grpc_path import grpc_path_ns, simple_grpc_request
-from benchmarks.http_path import http_path_ns, simple_request
-from benchmarks.in_process import paired_difference, priced_verdict
+from benchmarks.grpc_path import GrpcPath, simple_grpc_request
+from benchmarks.http_path import HttpPath, simple_request
+from benchmarks.in_process import paired_difference, path_ns, priced_verdict
 
 PATHS = {
-    "http": (http_path_ns, simple_request),
-    "grpc": (grpc_path_ns, simple_grpc_request),
+    "http": (HttpPath, simple_request),
+    "grpc": (GrpcPath, simple_grpc_request),
 }
 # What each path says of an answer to a model that is not there.
 NOT_FOUND = {
@@ -25,10 +25,11 @@ NOT_FOUND = {
 
 @pytest.mark.parametrize("protocol", PATHS)
 def test_each_round_prices_answered_requests(repository_copy, protocol):
-    measure, request = PATHS[protocol]
+    open_path, request = PATHS[protocol]
     repository = repository_copy("simple")
     core = min(os.sched_getaffinity(0))
-    rounds = measure(repository, {"a": request("simple"), "b": request("simple")}, core, 4, 20)
+    requests = {"a": request("simple"), "b": request("simple")}
+    rounds = path_ns(repository, requests, core, open_path, 4, 20)
     assert len(rounds["a"]) == len(rounds["b"]) == 4
     assert all(0 < ns < 50_000_000 for ns in rounds["a"] + rounds["b"])
     base, added, _, _ = paired_difference(rounds, "a", "b")
@@ -38,10 +39,11 @@ def test_each_round_prices_answered_requests(repository_copy, protocol):
 
 @pytest.mark.parametrize("protocol", PATHS)
 def test_a_path_that_fails_is_not_priced(repository_copy, protocol):
-    measure, request = PATHS[protocol]
+    open_path, request = PATHS[protocol]
     repository = repository_copy("simple")
     with pytest.raises(RuntimeError, match=NOT_FOUND[protocol]):
-        measure(repository, {"missing": request("missing")}, min(os.sched_getaffinity(0)), 1, 5)
+        core = min(os.sched_getaffinity(0))
+        path_ns(repository, {"missing": request("missing")}, core, open_path, 1, 5)
 
 
 def test_the_verdict_is_judged_at_the_intervals_top():
