@@ -32,7 +32,7 @@ from gateway.log_settings import FORMATS, LogSettings, parse_levels
 from gateway.placement import options as memory_options
 from gateway.ray import command as ray_command
 from gateway.repository import CONTROL_MODES
-from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, EXEMPT_PER_INSTANCE
+from gateway.scheduling.admission import EXEMPT_PER_INSTANCE
 from gateway.security import (
     ConfigError,
     TLSFiles,
@@ -95,10 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--queue-budget-ms",
         type=positive_float,
-        default=DEFAULT_QUEUE_BUDGET_MS,
-        help="a request that could not start within this long is refused at once with 503 "
-        f"and Retry-After, unless fewer than {EXEMPT_PER_INSTANCE} requests an instance are "
-        "ahead of it; a model's queue_budget_ms parameter overrides it (default %(default)s)",
+        default=None,
+        metavar="MS",
+        help="refuse at once, with 503 and Retry-After, a request that could not start "
+        "within this long, unless fewer than "
+        f"{EXEMPT_PER_INSTANCE} requests an instance are ahead of it; a model's "
+        "queue_budget_ms parameter overrides it. Default: no fixed budget, as Triton: a "
+        "closed loop's backlog (perf_analyzer, Locust) is queued however long its wait, "
+        "and requests are refused only while the backlog is measured to grow (arrivals "
+        "outrunning service), past the wait it had before it grew. Request deadlines "
+        "and --max-queue-size apply either way",
     )
     serve.add_argument(
         "--backend-nice",

@@ -140,7 +140,7 @@ class ModelVersion:
         version: int,
         instances: list[Any],
         max_queue_size: int,
-        queue_budget_ms: float,
+        queue_budget_ms: float | None,  # None: shed only a growing backlog
         root: Path | None = None,
     ) -> None:
         self.config = config
@@ -217,7 +217,7 @@ class ModelVersion:
         plan: LoadPlan,
         devices: list[Device],
         max_queue_size: int,
-        queue_budget_ms: float,
+        queue_budget_ms: float | None,  # None: shed only a growing backlog
         backend_nice: int = 0,
         spares: SpareWorkers | None = None,
         model_calls: str | None = None,

@@ -49,7 +49,7 @@ from gateway.repository_index import index_rows
 from gateway.routing.config import is_router
 from gateway.routing.loading import load_router
 from gateway.routing.router import RouterModel
-from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS, queue_budget
+from gateway.scheduling.admission import queue_budget
 from gateway.scheduling.execution import PROCESS_ONLY
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.spares import SpareWorkers
@@ -105,7 +105,7 @@ class ModelRepository:
         root: Path,
         control_mode: str = "none",
         max_queue_size: int = 1024,
-        queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS,
+        queue_budget_ms: float | None = None,  # None: shed only a growing backlog
         backend_nice: int = DEFAULT_BACKEND_NICE,
         memory: MemoryManager | None = None,
         drain_s: float = DEFAULT_DRAIN_SECONDS,

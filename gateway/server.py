@@ -24,7 +24,6 @@ from gateway.log_settings import LogSettings
 from gateway.metrics import create_metrics_app
 from gateway.placement.options import MemoryOptions
 from gateway.repository import ModelRepository
-from gateway.scheduling.admission import DEFAULT_QUEUE_BUDGET_MS
 from gateway.security import (
     ConfigError,
     TLSFiles,
@@ -48,8 +47,9 @@ class ServerOptions:
     load_models: list[str] = field(default_factory=list)
     poll_interval_s: float = 15.0
     max_queue_size: int = 1024  # per model version: requests waiting or running
-    # How long a request may wait to start before it is refused (scheduling/admission.py).
-    queue_budget_ms: float = DEFAULT_QUEUE_BUDGET_MS
+    # How long a request may wait to start before it is refused (scheduling/admission.py);
+    # None, as Triton: no fixed wait, only a backlog measured to grow is shed.
+    queue_budget_ms: float | None = None
     # Backends run this many nice steps below the fronts (accel_base/cpu.py).
     backend_nice: int = DEFAULT_BACKEND_NICE
     # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/drain.py).

@@ -1,4 +1,4 @@
-"""Admission control: a request that could not start within its budget is refused at once.
+"""Admission control: a request that could not start in time is refused at once.
 
 Every model version, batched or not, keeps moving averages of how long one run (a
 request, or a batch) holds an instance. A new request starts once an instance is free
@@ -15,17 +15,22 @@ By the size (each batch size's own recent run time, kept while other sizes run):
 for a backlog of sizes that have run before, however long ago, such as a burst after a
 busy hour; sizes never run are priced as the next larger size that has run, or beyond
 the largest at its cost a row.
-When the predicted wait is longer than the model's queue budget, or than what is
-left of the request's own deadline, the request gets a 503 (gRPC UNAVAILABLE) with a
-Retry-After straight away, instead of joining a queue it would time out in. So under
-overload refusals are fast, admitted requests wait at most about the budget, and the
-server is idle soon after the load stops (no backlog of requests whose callers gave up).
+What a request may wait depends on what was asked for:
+- an explicit budget (the model's `queue_budget_ms` parameter, else the server's
+  `--queue-budget-ms`): a request predicted to wait longer is refused;
+- none (the default, as Triton): a request is refused only while the backlog is measured
+  to grow, arrivals outrunning service (growth.py), and then past the wait the backlog
+  had before it grew, or a couple of runs. A closed loop's backlog stops at its
+  concurrency and is queued however long its wait; an open loop past saturation is shed
+  within a few windows, and then keeps a short queue.
+A refusal is a 503 (gRPC UNAVAILABLE) with a Retry-After straight away, instead of a
+place in a queue the request would time out in. So under overload refusals are fast,
+admitted requests wait little, and the server is idle soon after the load stops.
 
-The budget is a model's `queue_budget_ms` parameter, else the server's default. It is
-not applied while fewer than EXEMPT_PER_INSTANCE requests an instance are ahead: a few
-clients that each wait for their answer (a closed loop) are queueing, not overloading,
-however slow the model. The request's own deadline always applies. Pure: time comes in
-as arguments.
+Neither refuses while fewer than EXEMPT_PER_INSTANCE requests an instance are ahead: a few
+clients that each wait for their answer are queueing, not overloading, however slow the
+model. The request's own deadline (`timeout` parameter, gRPC deadline) always applies,
+and `max_queue_size` bounds the count. Pure: time comes in as arguments.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from accel_base.errors import InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends.parameters import string_parameter
 from gateway.inference import InferRequest
+from gateway.scheduling.growth import MIN_WINDOW_S, WINDOW_RUNS, Growth
 
 # Below this many requests ahead an instance the budget does not refuse: a closed loop of
 # up to 8 clients an instance is never refused, whatever the model's speed or batch size.
@@ -45,7 +51,9 @@ from gateway.inference import InferRequest
 # 12's goal) whatever its budget; clients past it that retry at once, without heeding
 # Retry-After, spin on refusals.
 EXEMPT_PER_INSTANCE = 8
-DEFAULT_QUEUE_BUDGET_MS = 50.0  # the server's --queue-budget-ms
+# While a growing backlog is shed, a request may still wait this many runs: a full batch
+# queued behind the one running keeps the instances busy with full batches.
+SHED_FLOOR_RUNS = 2.0
 
 
 WEIGHT = 0.1  # of the newest run in the moving averages
@@ -64,7 +72,7 @@ class Overloaded(Unavailable):
 class Admission:
     model: str
     instances: int
-    budget_ms: float
+    budget_ms: float | None  # None: shed only a growing backlog (growth.py)
     max_batch: int = 1  # rows one run may take
     # Moving mean of a run's rows (0: none observed yet) and seconds on an instance,
     # variance of its rows and their covariance: a least-squares line through recent
@@ -82,11 +90,13 @@ class Admission:
     # entries), and the sizes in order.
     by_size: dict[int, float] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=list)
+    growth: Growth = field(default_factory=Growth)
 
     def observe(self, seconds: float, rows: int = 1, size: tuple[int, int] | None = None) -> None:
         """One more run of `rows` rows finished after holding an instance for `seconds`.
         A run whose `size` (an id of the instance, the batch size it ran) is new is left
         out."""
+        self.growth.serve(max(rows, 1))
         if size is not None and size not in self.sizes_seen:
             self.sizes_seen.add(size)
             return
@@ -156,12 +166,20 @@ class Admission:
         requests_ahead: int,
         now: float,
         deadline: float | None = None,
+        rows: int = 1,
     ) -> None:
-        """Raise Overloaded if a request arriving now could not start in time."""
+        """Raise Overloaded if a request of `rows` rows arriving now could not start in
+        time."""
+        window_s = max(MIN_WINDOW_S, WINDOW_RUNS * self.mean_s)
+        shedding = self.growth.arrive(now, queued_rows, max(rows, 1), window_s)
         wait = self.wait_s(running, queued_rows)
         if wait == 0.0:
             return
-        limit, why = self.budget_ms / 1e3, "its queue budget"
+        limit, why = math.inf, ""
+        if self.budget_ms is not None:
+            limit, why = self.budget_ms / 1e3, "its queue budget"
+        elif shedding:
+            limit, why = self.shed_limit_s(), "what it admits while arrivals outrun service"
         if requests_ahead < EXEMPT_PER_INSTANCE * self.instances:
             limit = math.inf
         if deadline is not None and deadline - now < limit:
@@ -173,6 +191,11 @@ class Admission:
                 retry_after_s=max(1, math.ceil(wait)),
             )
 
+    def shed_limit_s(self) -> float:
+        """The longest wait admitted while a growing backlog is shed: what the backlog
+        before the growth made a request wait, or SHED_FLOOR_RUNS runs."""
+        before = self.wait_s(self.instances, self.growth.base_rows)
+        return max(before, SHED_FLOOR_RUNS * self.mean_s / self.instances)
 
 def int_parameter(request: InferRequest, key: str) -> int | None:
     """A request parameter that must be a non-negative integer (priority, timeout)."""
@@ -197,8 +220,9 @@ def deadline_of(request: InferRequest, now: float) -> float | None:
     return deadline
 
 
-def queue_budget(config: mc.ModelConfig, default_ms: float) -> float:
-    """The model's `queue_budget_ms` parameter, else the server's default."""
+def queue_budget(config: mc.ModelConfig, default_ms: float | None) -> float | None:
+    """The model's `queue_budget_ms` parameter, else the server's default (None: no
+    fixed budget, a growing backlog is shed)."""
     text = string_parameter(config, "queue_budget_ms")
     if text is None:
         return default_ms

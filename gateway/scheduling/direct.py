@@ -2,7 +2,8 @@
 
 Requests wait for an idle instance in arrival order. The wait is bounded in count
 (`max_queue_size`) and in time (admission.py): a request that could not start within
-the model's queue budget or its own deadline gets an immediate 503, and one whose
+its own deadline, or the model's queue budget if it has one, or that a growing backlog
+would make wait, gets an immediate 503, and one whose
 caller went away or whose deadline passed while it waited does not run.
 """
 
@@ -29,7 +30,7 @@ class DirectScheduler:
         output_datatypes: dict[str, str],
         stats: ModelStatistics,
         max_queue_size: int,
-        queue_budget_ms: float,
+        queue_budget_ms: float | None,  # None: shed only a growing backlog
         per_request: bool = False,
     ) -> None:
         self.pool = pool

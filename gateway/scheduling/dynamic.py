@@ -55,7 +55,7 @@ class DynamicBatcher:
         config: mc.ModelDynamicBatching,
         max_batch_size: int,
         max_queue_size: int,
-        queue_budget_ms: float,
+        queue_budget_ms: float | None,  # None: shed only a growing backlog
         allowed_batch_sizes: tuple[int, ...] | None = None,
         clock: Callable[[], float] = time.monotonic,
         adaptive_window: bool = True,
@@ -108,7 +108,9 @@ class DynamicBatcher:
                 deadline = request.deadline
             else:
                 deadline = deadline_of(request, now)
-            self.admission.check(len(self._running), self.queue.rows, self.pending, now, deadline)
+            self.admission.check(
+                len(self._running), self.queue.rows, self.pending, now, deadline, max(rows, 1)
+            )
             pending = self.queue.push(
                 feed, output_names, max(rows, 1), batching.merge_key(feed), now,
                 priority, int_parameter(request, "timeout"), request.count,

@@ -1,0 +1,199 @@
+"""The default admission (no queue budget): a closed loop's backlog, however long its wait,
+is never refused; a backlog that grows because arrivals outrun service is. Pure, with a
+simulated clock: a model of one instance running batches, fed by closed or open loops."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.scheduling.admission import EXEMPT_PER_INSTANCE, Admission, Overloaded
+from gateway.scheduling.growth import GROWING_WINDOWS, MIN_WINDOW_S, Growth
+
+
+@dataclass
+class Run:
+    """What a simulated run saw."""
+
+    served: int = 0
+    refused: list[float] = field(default_factory=list)  # when each refusal came
+    waits: list[float] = field(default_factory=list)  # admitted requests' queue waits
+    most_queued: int = 0
+    served_after: dict[float, int] = field(default_factory=dict)
+
+
+def simulate(
+    admission: Admission,
+    arrivals: list[float],
+    run_s: float,
+    max_batch: int,
+    until: float,
+    closed_loop: bool,
+    rtt_s: float = 0.0005,
+) -> Run:
+    """Requests arrive at `arrivals` (each a client); one instance runs batches of up to
+    `max_batch` queued rows, each `run_s`. In a closed loop every answered client sends
+    again `rtt_s` later; refused ones too (as a client that ignores Retry-After would)."""
+    run, order = Run(), itertools.count()
+    events = [(t, next(order), "arrive") for t in arrivals]
+    heapq.heapify(events)
+    queue: list[float] = []  # arrival times of queued requests
+    batch: list[float] = []  # the running batch's
+
+    def start(now: float) -> None:
+        nonlocal batch
+        batch, queue[:] = queue[:max_batch], queue[max_batch:]
+        run.waits.extend(now - t for t in batch)
+        heapq.heappush(events, (now + run_s, next(order), "done"))
+
+    while events and events[0][0] < until:
+        now, _, what = heapq.heappop(events)
+        if what == "done":
+            admission.observe(run_s, len(batch))
+            run.served += len(batch)
+            if closed_loop:
+                for _ in batch:
+                    heapq.heappush(events, (now + rtt_s, next(order), "arrive"))
+            batch = []
+            if queue:
+                start(now)
+            continue
+        try:
+            admission.check(1 if batch else 0, len(queue), len(queue) + len(batch), now)
+        except Overloaded:
+            run.refused.append(now)
+            if closed_loop:
+                heapq.heappush(events, (now + rtt_s, next(order), "arrive"))
+            continue
+        queue.append(now)
+        run.most_queued = max(run.most_queued, len(queue))
+        if not batch:
+            start(now)
+    return run
+
+
+def burst(clients: int, over_s: float, at: float = 0.0) -> list[float]:
+    return [at + over_s * i / clients for i in range(clients)]
+
+
+def steady(rate: float, start: float, end: float) -> list[float]:
+    return [start + i / rate for i in range(int((end - start) * rate))]
+
+
+@pytest.mark.parametrize("ramp_s", [0.0, 0.005, 0.05, 0.2, 0.5])
+def test_a_closed_loop_on_a_slow_batched_model_is_never_refused(ramp_s):
+    # The issue's case: 64 clients, 80 ms a batch of 32. Every one waits about 160 ms,
+    # always: past any small fixed budget, and not growing.
+    admission = Admission("m", instances=1, budget_ms=None, max_batch=32)
+    run = simulate(admission, burst(64, ramp_s), 0.08, 32, until=10.0, closed_loop=True)
+    assert run.refused == []
+    assert run.served > 0.9 * 10.0 / 0.08 * 32  # the instance never idled
+    assert max(run.waits) > 0.05  # longer than the old 50 ms default budget allowed
+
+
+@pytest.mark.parametrize(("clients", "run_s", "max_batch"), [
+    (64, 0.001, 32),  # fast and batched: many windows to a ramp
+    (64, 0.01, 1),  # unbatched: 64 runs queued, 630 ms of wait
+    (256, 0.08, 32),  # many clients: eight batches deep
+    (16, 0.3, 4),  # slower than a window is long at the start
+])  # fmt: skip
+@pytest.mark.parametrize("ramp_s", [0.0, 0.03, 0.1])
+def test_closed_loops_of_any_size_and_speed_are_never_refused(clients, run_s, max_batch, ramp_s):
+    admission = Admission("m", instances=1, budget_ms=None, max_batch=max_batch)
+    arrivals = burst(clients, ramp_s)
+    run = simulate(admission, arrivals, run_s, max_batch, until=5.0, closed_loop=True)
+    assert run.refused == []
+    assert run.served > 0.8 * (5.0 - ramp_s) / run_s * max_batch
+
+
+def test_a_closed_loop_that_adds_clients_slowly_is_never_refused():
+    # Locust-style: a client more every 50 ms, up to 100, on a model serving 400 rows/s.
+    admission = Admission("m", instances=1, budget_ms=None, max_batch=32)
+    run = simulate(admission, burst(100, 5.0), 0.08, 32, until=8.0, closed_loop=True)
+    assert run.refused == []
+
+
+@pytest.mark.parametrize(("run_s", "max_batch"), [(0.08, 32), (0.002, 32), (0.01, 1)])
+def test_an_open_loop_past_saturation_is_shed_once_it_grows(run_s, max_batch):
+    capacity = max_batch / run_s  # rows a second
+    admission = Admission("m", instances=1, budget_ms=None, max_batch=max_batch)
+    arrivals = steady(3 * capacity, 0.0, 4.0)
+    run = simulate(admission, arrivals, run_s, max_batch, until=6.0, closed_loop=False)
+    assert run.refused, "an open loop at 3x saturation was never shed"
+    first = run.refused[0]
+    # Found within a few windows of a couple of runs each (at least MIN_WINDOW_S).
+    assert first < (GROWING_WINDOWS + 2) * max(MIN_WINDOW_S, 2 * run_s) + 2 * run_s
+    # The queue stopped growing: what piled up before the shedding is all it ever held
+    # (an unshed queue would reach 2/3 of the 4 s of arrivals).
+    assert run.most_queued < 3 * capacity * (first + 2 * run_s)
+    assert run.most_queued < 0.1 * len(arrivals)
+    # Served at full speed throughout: shedding keeps full batches queued.
+    assert run.served > 0.85 * 4.0 * capacity
+    # Admitted requests after the first refusals waited about a couple of runs (or the
+    # exempt few requests ahead, unbatched), not the whole backlog's time.
+    late = run.waits[-int(capacity) :]  # the last second's worth
+    assert max(late) < (4 if max_batch > 1 else EXEMPT_PER_INSTANCE + 1) * run_s
+    assert max(run.refused) < 4.0 + run_s  # nothing refused once the load stopped
+
+
+def test_shedding_stops_when_the_load_falls_back_under_saturation():
+    admission = Admission("m", instances=1, budget_ms=None, max_batch=32)
+    arrivals = steady(1200, 0.0, 2.0) + steady(200, 2.0, 6.0)  # 3x, then half
+    run = simulate(admission, arrivals, 0.08, 32, until=7.0, closed_loop=False)
+    assert run.refused and max(run.refused) < 2.5
+    assert not admission.growth.shedding
+
+
+def test_an_explicit_budget_still_refuses_a_closed_loop_past_it():
+    admission = Admission("m", instances=1, budget_ms=50, max_batch=32)
+    run = simulate(admission, burst(64, 0.0), 0.08, 32, until=2.0, closed_loop=True)
+    assert run.refused  # the old behaviour, asked for: 160 ms of wait is past 50 ms
+
+
+def test_a_deadline_refuses_while_nothing_grows():
+    admission = Admission("m", instances=1, budget_ms=None, max_batch=32)
+    admission.observe(0.08, 32)
+    with pytest.raises(Overloaded, match="deadline"):
+        admission.check(1, 64, requests_ahead=65, now=0.0, deadline=0.1)
+    admission.check(1, 64, requests_ahead=65, now=0.0)  # no deadline, no growth: queued
+
+
+# ---- the meter on its own ---------------------------------------------------------------
+
+
+def feed(growth: Growth, windows: list[tuple[int, int, int]], window_s: float = 0.1) -> list[bool]:
+    """Each window: (least rows queued at its arrivals, rows arrived, rows served); one
+    arrival opens it at the least, the rest arrive a little later at the least + 1.
+    Returns whether each window's first arrival found the backlog being shed (the
+    window before is judged then)."""
+    shedding = []
+    for index, (least, arrived, served) in enumerate(windows):
+        now = index * window_s * 1.01  # past the window's end, whatever the rounding
+        shedding.append(growth.arrive(now, least, 1, window_s))
+        for _ in range(arrived - 1):
+            growth.arrive(now + window_s / 2, least + 1, 1, window_s)
+        growth.serve(served)
+    return shedding
+
+
+def test_the_meter_sheds_after_enough_windows_that_grew_and_stops_when_they_stop():
+    growing = [(0, 10, 10)] + [(100 * i, 300, 100) for i in range(1, 6)] + [(500, 10, 100)] * 2
+    # Judged at the next window's start: the third window that grew sheds from the fourth.
+    assert feed(Growth(), growing) == [False] * (GROWING_WINDOWS + 1) + [True] * 3 + [False]
+
+
+def test_the_meter_ignores_a_backlog_that_rose_without_arrivals_outrunning_service():
+    # The least rose but no more arrived than were served: a closed loop settling.
+    assert not any(feed(Growth(), [(i, 100, 100) for i in range(10)]))
+    # Arrivals outran service, but the standing queue did not rise: a burst that drained.
+    assert not any(feed(Growth(), [(0, 300, 100)] * 10))
+
+
+def test_a_quiet_window_ends_the_shedding():
+    growth = Growth()
+    feed(growth, [(100 * i, 300, 100) for i in range(6)])
+    assert growth.shedding
+    assert not growth.arrive(10.0, 0, 1, 0.1)  # long after: the load stopped
