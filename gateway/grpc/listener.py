@@ -29,6 +29,7 @@ class GatewayGrpc:
             max_streams=limits.max_streams_per_connection,
             idle_s=limits.keep_alive_s,
             max_connections=limits.max_connections,
+            read_timeout_s=limits.read_timeout_s,
         )
         self.health, _ = add_services(self.server, core, limits.max_connections)
         self._socket = sock

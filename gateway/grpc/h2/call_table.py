@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 class CallTable:
     """Connection's part that owns its calls; the connection gives `streams`,
-    `transport`, `writer` and `_became_idle`."""
+    `transport`, `writer`, `reset`, `consumed` and `_became_idle`."""
 
     def cancel_calls(self, message: str) -> None:
         """End every call in flight with CANCELLED (the server is stopping)."""
@@ -79,7 +79,7 @@ class CallTable:
         """`stream`'s trailers have gone: if the client is still sending, RST_STREAM
         NO_ERROR tells it to stop; the call is forgotten."""
         if not stream.remote_closed:
-            self.transport.write(f.rst_stream(stream.id, f.NO_ERROR))
+            self.reset(stream.id, f.NO_ERROR)
         self.forget(stream)
 
     def forget(self, stream: Stream) -> None:
@@ -87,6 +87,12 @@ class CallTable:
             return
         if stream.timer is not None:
             stream.timer.cancel()
+        if stream.arrival is not None:
+            stream.arrival.cancel()
+        stream.messages.clear()
+        if stream.held:
+            self.consumed(stream.held)
+            stream.held = 0
         stream.wake()
         stream.release()
         self.writer.forget(stream)

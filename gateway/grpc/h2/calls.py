@@ -126,6 +126,17 @@ class Messages:
         return message
 
     @property
+    def buffered(self) -> int:
+        """Wire bytes held: whole messages not taken, and a message not yet whole."""
+        return self.ready_bytes + len(self._buffer)
+
+    def clear(self) -> None:
+        """Drop what is held (the call is gone): its memory goes at once."""
+        self._buffer = bytearray()
+        self.ready.clear()
+        self.ready_bytes = 0
+
+    @property
     def partial(self) -> bool:
         """Bytes of a message not yet whole."""
         return bool(self._buffer)

@@ -3,7 +3,10 @@
 
 A unary call whose answer fits the client's windows goes out in one write (headers,
 message, trailers), which is most calls; the rest wait in their stream's outbox for
-WINDOW_UPDATE (writer.py).
+WINDOW_UPDATE (writer.py). What a client sends is bounded by the windows we advertise:
+each stream's and the connection's are sized to the largest request message, and the
+connection's credit comes back only as calls take their messages, so the bytes one
+connection holds in messages not yet taken never pass one request's limit.
 """
 
 from __future__ import annotations
@@ -14,78 +17,78 @@ from typing import Any
 
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.call_table import CallTable
-from gateway.grpc.h2.calls import (
-    UNIMPLEMENTED,
-    CallError,
-    Context,
-    Messages,
-)
+from gateway.grpc.h2.calls import UNIMPLEMENTED, CallError, Context, Messages
 from gateway.grpc.h2.coalesce import CoalescingTransport
+from gateway.grpc.h2.control import ControlFrames
+from gateway.grpc.h2.guard import FloodGuard
 from gateway.grpc.h2.headers import (
     MAX_HEADER_BLOCK,
     MAX_HEADER_LIST,
     BadCall,
     HeaderDecoder,
+    MalformedHeaders,
     call_headers,
     error_response,
 )
+from gateway.grpc.h2.inbound import Inbound
 from gateway.grpc.h2.running import send_message
 from gateway.grpc.h2.stream import Stream
 from gateway.grpc.h2.writer import Writer
 
 log = logging.getLogger(__name__)
 
-RECEIVE_WINDOW = 1 << 20  # bytes a client may send on one stream before we credit it
-CONNECTION_WINDOW = 1 << 24  # ... on the whole connection
 MAX_FRAME = 1 << 20  # the largest frame we accept (fewer frames for large tensors)
 LINGER_S = 1.0  # after GOAWAY, calls the client had already sent are refused, not lost
-MAX_RESETS_PER_S = 1000  # streams a client may reset or have refused (the rapid-reset attack)
 
 
-class Connection(CallTable, asyncio.Protocol):
+class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
     def __init__(self, server: Any) -> None:
         """`server`: the H2Server (its methods, limits and set of connections)."""
         self.server = server
         self.transport: CoalescingTransport | None = None
         self.writer: Writer | None = None
-        self.decoder = HeaderDecoder()
+        self.decoder = HeaderDecoder(self._header_bytes)
         self.streams: dict[int, Stream] = {}
         self.last_stream = 0
         self.closing = False  # GOAWAY sent: no new calls
         self.peer = "unknown"
+        self.idle_since: float | None = None  # when its last call ended (None: calls open)
+        self.resets: dict[int, None] = {}
+        self.settings_acked = False
         self._buffer = b""
         self._preface = False
-        self._continued: tuple[int, int, bytearray] | None = None  # stream, flags, block
-        self._window = CONNECTION_WINDOW  # bytes the client may still send
-        self._unacked = 0  # ... received and not yet credited back
+        # A header block still coming: stream, first frame's flags, block, frames so far.
+        self._continued: tuple[int, int, bytearray, int] | None = None
+        self._window = server.receive_window  # bytes the client may still send
+        self._unacked = 0  # ... taken by calls (or dropped) and not yet credited back
         self._idle: asyncio.TimerHandle | None = None
-        self._resets = (0.0, 0)  # (the second they were counted in, how many)
         self._broken = False
 
     # ---- the connection's life -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
+        self.guard = FloodGuard(self.server.flood_limits, loop.time())
         self.transport = CoalescingTransport(transport, loop, lambda: len(self.streams) > 1)
         self.writer = Writer(self.transport, self._sent)
         address = transport.get_extra_info("peername")
         if address:
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
             self.peer = f"{'ipv6' if ':' in address[0] else 'ipv4'}:{host}:{address[1]}"
-        if len(self.server.connections) >= self.server.max_connections:
+        if not self.server.admit(self):
             refusal = f.goaway(0, f.ENHANCE_YOUR_CALM, "the server has too many connections")
             self.transport.write(f.settings({}) + refusal)
             self.closing = True
             self._linger()
             return
-        self.server.connections.add(self)
+        window = self.server.receive_window
         settings = {
             f.MAX_CONCURRENT_STREAMS: self.server.max_streams,
-            f.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW,
+            f.INITIAL_WINDOW_SIZE: window,
             f.MAX_FRAME_SIZE: MAX_FRAME,
             f.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
         }
-        increment = CONNECTION_WINDOW - f.DEFAULT_WINDOW
+        increment = window - f.DEFAULT_WINDOW
         self.transport.write(f.settings(settings) + f.window_update(0, increment))
         self._became_idle()
 
@@ -98,6 +101,8 @@ class Connection(CallTable, asyncio.Protocol):
             if stream.task is not None:
                 stream.task.cancel()
         self.writer.lost()
+        self._buffer = b""
+        self._continued = None
 
     def pause_writing(self) -> None:
         # A client that does not read gets nothing more read from it either: its pings,
@@ -118,6 +123,12 @@ class Connection(CallTable, asyncio.Protocol):
         if not self.streams:
             self._linger()
 
+    def evict(self) -> None:
+        """Make room for a new client: this idle connection is no longer counted, and
+        closes after GOAWAY's moment."""
+        self.server.connections.discard(self)
+        self.go_away(f.NO_ERROR, "the server is at its connection limit and this one was idle")
+
     def _linger(self) -> None:
         """Close after a moment: calls the client sent before it read GOAWAY get
         REFUSED_STREAM meanwhile (which its library retries), not a closed socket."""
@@ -127,7 +138,9 @@ class Connection(CallTable, asyncio.Protocol):
         if self.closing:
             self._linger()
             return
-        self._idle = asyncio.get_running_loop().call_later(self.server.idle_s, self.go_away)
+        loop = asyncio.get_running_loop()
+        self.idle_since = loop.time()
+        self._idle = loop.call_later(self.server.idle_s, self.go_away)
 
     # ---- frames in -------------------------------------------------------------------
 
@@ -156,6 +169,8 @@ class Connection(CallTable, asyncio.Protocol):
                 payload = buffer[position + 9 : position + 9 + size]
                 position += 9 + size
                 self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+                if self._broken:
+                    return
         except f.H2Error as exc:
             self._fail(exc.code, str(exc))
             return
@@ -164,10 +179,6 @@ class Connection(CallTable, asyncio.Protocol):
             self._fail(f.INTERNAL_ERROR, "internal error")
             return
         self._buffer = buffer[position:]
-        if self._unacked >= CONNECTION_WINDOW // 4:
-            self.transport.write(f.window_update(0, self._unacked))
-            self._window += self._unacked
-            self._unacked = 0
 
     def _fail(self, code: int, message: str) -> None:
         log.debug("gRPC connection from %s broke the protocol: %s", self.peer, message)
@@ -175,6 +186,7 @@ class Connection(CallTable, asyncio.Protocol):
             self.transport.write(f.goaway(self.last_stream, code, message))
             self.transport.close()
         self._broken = True  # whatever still arrives is not read
+        self._buffer = b""
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._continued is not None and kind != f.CONTINUATION:
@@ -191,37 +203,16 @@ class Connection(CallTable, asyncio.Protocol):
             if flags & f.END_HEADERS:
                 self._headers(stream_id, flags, block)
             else:
-                self._continued = (stream_id, flags, bytearray(block))
+                if not block:
+                    self.guard.spend("empty", self._now())
+                self._continued = (stream_id, flags, bytearray(block), 1)
         elif kind == f.CONTINUATION:
             self._continuation(flags, stream_id, payload)
-        elif kind == f.SETTINGS:
-            if stream_id != 0:
-                raise f.H2Error(f.PROTOCOL_ERROR, "SETTINGS on a stream")
-            if not flags & f.ACK:
-                values = f.parse_settings(payload)
-                self.transport.write(f.frame(f.SETTINGS, f.ACK, 0))
-                self.writer.configure(values, self.streams.values())
-        elif kind == f.WINDOW_UPDATE:
-            increment = f.parse_u32(payload, "WINDOW_UPDATE")
-            self.writer.credit(stream_id, increment, self.streams.get(stream_id))
-        elif kind == f.PING:
-            if len(payload) != 8:
-                raise f.H2Error(f.FRAME_SIZE_ERROR, "a PING payload must be 8 bytes")
-            if not flags & f.ACK:
-                self.transport.write(f.frame(f.PING, f.ACK, 0, payload))
-        elif kind == f.RST_STREAM:
-            f.parse_u32(payload, "RST_STREAM")
-            stream = self.streams.get(stream_id)
-            if stream is not None:  # the client gave up on the call
-                self._count_reset()
-                self.forget(stream)
-                if stream.task is not None:
-                    stream.task.cancel()
-        elif kind == f.GOAWAY:
-            self.go_away()
-        elif kind == f.PUSH_PROMISE:
-            raise f.H2Error(f.PROTOCOL_ERROR, "a client may not push")
-        # PRIORITY and unknown frame types are ignored, as the protocol says.
+        else:
+            self._control(kind, flags, stream_id, payload)
+
+    def _header_bytes(self, size: int) -> None:
+        self.guard.spend("header_bytes", self._now(), size)
 
     def _check_block(self, size: int) -> None:
         if size > MAX_HEADER_BLOCK:
@@ -230,85 +221,55 @@ class Connection(CallTable, asyncio.Protocol):
     def _continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
         if self._continued is None or self._continued[0] != stream_id:
             raise f.H2Error(f.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
-        block = self._continued[2]
+        _, first_flags, block, count = self._continued
+        if count >= self.guard.limits.continuations:
+            limit = self.guard.limits.continuations
+            raise f.H2Error(f.ENHANCE_YOUR_CALM, f"a header block in more than {limit} frames")
+        if not payload and not flags & f.END_HEADERS:
+            self.guard.spend("empty", self._now())
         block += payload
         self._check_block(len(block))
         if flags & f.END_HEADERS:
-            first_flags = self._continued[1]
             self._continued = None
             self._headers(stream_id, first_flags, bytes(block))
-
-    def _count_reset(self) -> None:
-        second = asyncio.get_running_loop().time() // 1
-        since, count = self._resets
-        count = count + 1 if since == second else 1
-        self._resets = (second, count)
-        if count > MAX_RESETS_PER_S:
-            raise f.H2Error(f.ENHANCE_YOUR_CALM, "too many streams reset or refused")
-
-    def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        self._window -= len(payload)
-        self._unacked += len(payload)
-        if self._window < 0:
-            raise f.H2Error(f.FLOW_CONTROL_ERROR, "DATA past the connection's window")
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            if stream_id == 0 or stream_id > self.last_stream:
-                raise f.H2Error(f.PROTOCOL_ERROR, "DATA on a stream never opened")
-            return  # a call already answered or reset: its late data is dropped
-        stream.window -= len(payload)
-        if stream.remote_closed or stream.window < 0:
-            code = f.STREAM_CLOSED if stream.remote_closed else f.FLOW_CONTROL_ERROR
-            self.transport.write(f.rst_stream(stream.id, code))
-            self.forget(stream)
-            if stream.task is not None:
-                stream.task.cancel()
-            return
-        try:
-            stream.messages.feed(f.strip_padding(payload, flags))
-        except CallError as exc:
-            self.fail_call(stream, exc)
-            return
-        if flags & f.END_STREAM:
-            stream.remote_closed = True
         else:
-            stream.unacked += len(payload)
-            self.credit(stream)
-        if stream.handler.request_streaming:
-            stream.wake()
-        elif stream.remote_closed:
-            self._start(stream)
-
-    def credit(self, stream: Stream) -> None:
-        """Let the client send as many bytes again as it has sent, in quarters of the
-        window. A unary call's as they come (its one message is bounded by the size
-        limit); a streaming call's not while half a window of whole messages waits for
-        its handler: a client cannot run further ahead of a slow handler than that."""
-        if stream.unacked < RECEIVE_WINDOW // 4 or stream.remote_closed:
-            return
-        if stream.handler.request_streaming and stream.messages.ready_bytes >= RECEIVE_WINDOW // 2:
-            return
-        self.transport.write(f.window_update(stream.id, stream.unacked))
-        stream.window += stream.unacked
-        stream.unacked = 0
+            self._continued = (stream_id, first_flags, block, count + 1)
 
     # ---- calls -----------------------------------------------------------------------
 
     def _headers(self, stream_id: int, flags: int, block: bytes) -> None:
-        headers = self.decoder.decode(block)  # always: HPACK's table must stay in step
-        if stream_id in self.streams:  # trailers from the client end its messages
-            if flags & f.END_STREAM:
+        # Always decoded, whatever follows: HPACK's table must stay in step.
+        try:
+            headers = self.decoder.decode(block)
+        except MalformedHeaders as exc:
+            if stream_id in self.streams:
+                self.fail_stream(self.streams[stream_id], f.PROTOCOL_ERROR)
+            elif stream_id > self.last_stream and stream_id % 2:
+                self.last_stream = stream_id
+                self.reset(stream_id, f.PROTOCOL_ERROR)
+                self.count_reset()
+            log.debug("gRPC call from %s with malformed headers: %s", self.peer, exc)
+            return
+        stream = self.streams.get(stream_id)
+        if stream is not None:  # trailers from the client end its messages
+            if not flags & f.END_STREAM:
+                self.fail_stream(stream, f.PROTOCOL_ERROR)  # a second header block
+            else:
                 self._data(f.END_STREAM, stream_id, b"")
             return
         if stream_id % 2 == 0:
             raise f.H2Error(f.PROTOCOL_ERROR, f"a client stream with an even id, {stream_id}")
-        if stream_id <= self.last_stream:  # closed: answered, reset, or skipped over
-            self.transport.write(f.rst_stream(stream_id, f.STREAM_CLOSED))
-            return
+        if stream_id <= self.last_stream:
+            if stream_id in self.resets:
+                return  # trailers of a call we reset: ignored
+            raise f.H2Error(
+                f.PROTOCOL_ERROR,
+                f"stream {stream_id} is not above the last one opened ({self.last_stream})",
+            )
         self.last_stream = stream_id
         if self.closing or len(self.streams) >= self.server.max_streams:
-            self.transport.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
-            self._count_reset()
+            self.reset(stream_id, f.REFUSED_STREAM)
+            self.count_reset()
             return
         try:
             call = call_headers(headers)
@@ -319,23 +280,26 @@ class Connection(CallTable, asyncio.Protocol):
             messages = Messages(call.encoding, self.server.max_message_bytes, single)
         except (BadCall, CallError) as exc:
             block = error_response(getattr(exc, "http_status", 200), exc.status, str(exc))
-            end = f.header_frames(stream_id, block, True, self.writer.max_frame)
-            reset = b"" if flags & f.END_STREAM else f.rst_stream(stream_id, f.NO_ERROR)
-            self.transport.write(end + reset)
+            self.transport.write(f.header_frames(stream_id, block, True, self.writer.max_frame))
+            if not flags & f.END_STREAM:
+                self.reset(stream_id, f.NO_ERROR)
             return
         context = Context(call, None, self.peer)
         stream = Stream(stream_id, handler, context, messages, self.writer.initial_window)
-        stream.window = RECEIVE_WINDOW
+        stream.window = self.server.receive_window
         if handler.response_streaming:
             context.write = lambda message, s=stream: send_message(self, s, message)
         self.streams[stream_id] = stream
+        self.idle_since = None
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
+        loop = asyncio.get_running_loop()
         if call.timeout_s is not None:
-            loop = asyncio.get_running_loop()
             stream.timer = loop.call_later(call.timeout_s, self._expire, stream)
         if flags & f.END_STREAM:
             stream.remote_closed = True
+        elif not handler.request_streaming:
+            stream.arrival = loop.call_later(self.server.read_timeout_s, self._too_slow, stream)
         if handler.request_streaming or stream.remote_closed:
             self._start(stream)

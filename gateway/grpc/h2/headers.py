@@ -4,7 +4,9 @@ and the few header blocks the server sends (RFC 7541, gRPC over HTTP/2).
 A client such as grpc's own sends the same header block bytes for call after call once
 its headers sit in the dynamic table, so a block that left the table as it was is
 decoded once and looked up after: HPACK's pure-Python decoding cost more than the rest
-of a small call.
+of a small call. Blocks that are decoded count against the connection's budget of
+header bytes a second (guard.py), and a decoded list must be well formed (RFC 9113
+section 8.2): lowercase names, pseudo-headers first and known, no connection headers.
 """
 
 from __future__ import annotations
@@ -12,14 +14,28 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import hpack
 
-from gateway.grpc.h2.frames import COMPRESSION_ERROR, H2Error
+from gateway.grpc.h2.frames import COMPRESSION_ERROR, ENHANCE_YOUR_CALM, H2Error
 
-MAX_HEADER_LIST = 64 * 1024  # bytes of decoded headers a call may carry
+# Bytes of decoded headers a call may carry: twice grpc's own servers' default (8 KiB),
+# and a Huffman-coded block this size decodes in about 3 ms of pure-Python HPACK.
+MAX_HEADER_LIST = 16 * 1024
 MAX_HEADER_BLOCK = MAX_HEADER_LIST + 1024  # ... and of its encoded block
+_PSEUDO = frozenset((b":method", b":scheme", b":path", b":authority"))
+# Headers of HTTP/1.1 connections, which HTTP/2 forbids (RFC 9113 section 8.2.2).
+_CONNECTION_HEADERS = frozenset(
+    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
+)
+
+
+class MalformedHeaders(Exception):
+    """A header list HTTP/2 calls malformed: the stream is reset (PROTOCOL_ERROR)."""
+
+
 _CACHED_BLOCKS = 256
 _CACHED_BLOCK_BYTES = 512  # a call's repeated block is tens of bytes; larger ones are not kept
 
@@ -44,7 +60,9 @@ class _CountingTable(hpack.table.HeaderTable):
 class HeaderDecoder:
     """One connection's HPACK decoder, with decoded blocks kept by (table state, bytes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spend: Callable[[int], None] = lambda size: None) -> None:
+        """`spend(size)`: counts a block about to be decoded (raises to refuse it)."""
+        self._spend = spend
         self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
         self._table = _CountingTable()
         self._decoder.header_table = self._table
@@ -55,6 +73,7 @@ class HeaderDecoder:
         found = self._blocks.get(key)
         if found is not None:
             return found
+        self._spend(len(block))
         # A block that opens with a table size update (001xxxxx) resizes or clears the
         # table, which `add` and `_shrink` do not always see: it counts as a change, and
         # is never kept (the update must not be skipped next time).
@@ -64,13 +83,31 @@ class HeaderDecoder:
         before = self._table.changes
         try:
             headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
+        except hpack.OversizedHeaderListError:
+            message = f"a header list past {MAX_HEADER_LIST} bytes"
+            raise H2Error(ENHANCE_YOUR_CALM, message) from None
         except hpack.HPACKError as exc:
             raise H2Error(COMPRESSION_ERROR, f"a header block did not decode: {exc}") from None
+        _check_fields(headers)  # after decoding: the table has taken the block's changes
         if self._table.changes == before and not resizes and len(block) <= _CACHED_BLOCK_BYTES:
             if len(self._blocks) >= _CACHED_BLOCKS:
                 self._blocks.clear()  # a client whose blocks all differ gains nothing
             self._blocks[key] = headers
         return headers
+
+
+def _check_fields(headers: list[tuple[bytes, bytes]]) -> None:
+    regular = False
+    for name, value in headers:
+        if name.startswith(b":"):
+            if regular or name not in _PSEUDO:
+                raise MalformedHeaders(f"pseudo-header {name!r} misplaced or unknown")
+        else:
+            regular = True
+            if name != name.lower() or not name:
+                raise MalformedHeaders(f"header name {name!r} is not lowercase")
+            if name in _CONNECTION_HEADERS or (name == b"te" and value != b"trailers"):
+                raise MalformedHeaders(f"connection-specific header {name!r}")
 
 
 @dataclass(slots=True)

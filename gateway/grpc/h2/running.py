@@ -24,7 +24,9 @@ async def run_call(connection: Any, stream: Stream) -> None:
         if handler.request_streaming:
             request = _requests(connection, stream)
         else:
-            request = decode(handler, stream.single_message())
+            message = stream.single_message()
+            connection.taken(stream)  # its bytes are the handler's now: credit comes back
+            request = decode(handler, message)
         if handler.response_streaming:
             behaviour = handler.stream_stream or handler.unary_stream
             result = behaviour(request, context)
@@ -72,7 +74,7 @@ async def _requests(connection: Any, stream: Stream) -> AsyncIterator[Any]:
     while stream.id in connection.streams:
         while messages.ready:
             message = messages.take()
-            connection.credit(stream)  # the client may send more once these are taken
+            connection.taken(stream)  # the client may send more once these are taken
             try:
                 request = decode(stream.handler, message)
             except CallError as exc:

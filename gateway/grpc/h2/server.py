@@ -6,6 +6,11 @@ tasks and three completion-queue round trips a call, README "Serving performance
 server parses the frames itself and runs a call as one task. It serves what the gateway's
 clients use: unary and streaming calls, deadlines (grpc-timeout), cancellation,
 metadata, gzip/deflate request messages, flow control, TLS (ALPN h2), graceful GOAWAY.
+
+What one client may hold or cost is bounded: its connections (at the limit, the one idle
+longest makes room for a new client), its streams, the bytes of its unfinished messages
+(flow control, inbound.py), how long a unary message may take to arrive, and the
+control frames and header bytes it may send in a second (guard.py).
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import socket
 import ssl
 from typing import Any
 
+from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.connection import Connection
+from gateway.grpc.h2.guard import FloodLimits
+
+_WINDOW_SLACK = 16 * 1024  # the 5-byte message prefix, and padding, over the message limit
 
 
 class H2Server:
@@ -28,10 +37,19 @@ class H2Server:
         max_streams: int,
         idle_s: float,
         max_connections: int,
+        read_timeout_s: float = 30.0,
+        flood_limits: FloodLimits | None = None,
     ) -> None:
         # Handlers by full method name ("/package.Service/Method").
         self.methods: dict[str, Any] = {}
         self.max_message_bytes = max_message_bytes
+        # Each stream's and each connection's receive window: a whole message fits,
+        # so a large tensor crosses without waiting for credit, and no more is held.
+        self.receive_window = min(
+            max(max_message_bytes + _WINDOW_SLACK, f.DEFAULT_WINDOW), f.MAX_WINDOW
+        )
+        self.read_timeout_s = read_timeout_s
+        self.flood_limits = flood_limits or FloodLimits()
         self.max_streams = max_streams
         self.idle_s = idle_s
         self.max_connections = max_connections
@@ -57,6 +75,18 @@ class H2Server:
 
     def _connection(self) -> Connection:
         return Connection(self)
+
+    def admit(self, connection: Connection) -> bool:
+        """Count a new connection in; at the limit, the connection idle longest is let go
+        to make room (a client that opens connections and leaves them idle would
+        otherwise lock every new one out). False: all are busy, refuse it."""
+        if len(self.connections) >= self.max_connections:
+            idle = [c for c in self.connections if c.idle_since is not None]
+            if not idle:
+                return False
+            min(idle, key=lambda c: c.idle_since).evict()
+        self.connections.add(connection)
+        return True
 
     def stop_accepting(self) -> None:
         for server in self._servers:

@@ -14,7 +14,7 @@ class Stream:
     __slots__ = (
         "id", "handler", "context", "messages", "task", "remote_closed", "send_window",
         "outbox", "trailers", "headers_sent", "arrived", "drained", "timer", "expired",
-        "unacked", "window", "ended",
+        "unacked", "window", "ended", "held", "arrival",
     )  # fmt: skip
 
     def __init__(
@@ -37,6 +37,8 @@ class Stream:
         self.unacked = 0  # bytes received and not yet credited back to the client
         self.window = 0  # bytes the client may still send (set by the connection)
         self.ended = False  # its response is complete, sent or held for flow control
+        self.held = 0  # bytes received that the connection has not credited back
+        self.arrival: asyncio.TimerHandle | None = None  # a unary message's read timeout
 
     def wake(self) -> None:
         """Tell a handler waiting for messages that something happened."""

@@ -109,7 +109,7 @@ def test_pings_are_answered_and_a_tiny_window_holds_the_answer_until_credit():
     assert ("grpc-status", "0") in trailers
 
 
-def test_a_stream_id_that_goes_back_is_refused_and_the_connection_goes_on():
+def test_a_stream_id_that_goes_back_ends_the_connection_with_protocol_error():
     def client(port):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             encoder = hpack.Encoder()
@@ -123,14 +123,13 @@ def test_a_stream_id_that_goes_back_is_refused_and_the_connection_goes_on():
                 + f.frame(f.DATA, f.END_STREAM, 7, message)
             )  # fmt: skip
 
-            def both_ended(found):
-                ended = {s for k, flags, s, _ in found if k == f.HEADERS and flags & f.END_STREAM}
-                return {5, 7} <= ended
-
-            frames = _read_frames(sock, both_ended)
+            frames = _read_frames(sock, lambda found: False)  # until it closes
         return [(s, p) for k, _, s, p in frames if k in (f.RST_STREAM, f.GOAWAY)]
 
-    assert run_raw(client) == [(3, f.STREAM_CLOSED.to_bytes(4, "big"))]
+    # RFC 9113 section 5.1.1: a connection error, and no RST_STREAM for stream 3.
+    [(stream, payload)] = run_raw(client)
+    assert stream == 0 and payload[4:8] == f.PROTOCOL_ERROR.to_bytes(4, "big")
+    assert b"stream 3 is not above the last one opened (5)" in payload
 
 
 def test_calls_whose_deadline_passes_as_they_arrive_are_each_answered_deadline_exceeded():
