@@ -16,7 +16,7 @@ from typing import Any
 
 
 class CoalescingTransport:
-    __slots__ = ("_transport", "_loop", "_busy", "_pending", "_scheduled")
+    __slots__ = ("_transport", "_loop", "_busy", "_pending", "_scheduled", "_ended")
 
     def __init__(
         self,
@@ -30,8 +30,11 @@ class CoalescingTransport:
         self._busy = busy
         self._pending: list[bytes] = []
         self._scheduled = False
+        self._ended = False  # write_eof: nothing more may be written
 
     def write(self, data: bytes) -> None:
+        if self._ended:
+            return
         if not self._pending and not self._busy():
             if not self._transport.is_closing():
                 self._transport.write(data)
@@ -53,12 +56,20 @@ class CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._ended = True
+        self._transport.write_eof()
+
     def abort(self) -> None:
         self._pending.clear()
         self._transport.abort()
 
     def is_closing(self) -> bool:
-        return self._transport.is_closing()
+        return self._ended or self._transport.is_closing()
 
     def pause_reading(self) -> None:
         self._transport.pause_reading()

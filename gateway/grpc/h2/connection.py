@@ -96,11 +96,15 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
         self.server.connections.discard(self)
         if self._idle is not None:
             self._idle.cancel()
+        self._drop_calls()
+        self.writer.lost()
+
+    def _drop_calls(self) -> None:
+        """Every call ends unanswered and what it held goes, at once."""
         for stream in list(self.streams.values()):
             self.forget(stream)
             if stream.task is not None:
                 stream.task.cancel()
-        self.writer.lost()
         self._buffer = b""
         self._continued = None
 
@@ -184,9 +188,17 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
         log.debug("gRPC connection from %s broke the protocol: %s", self.peer, message)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(f.goaway(self.last_stream, code, message))
-            self.transport.close()
-        self._broken = True  # whatever still arrives is not read
-        self._buffer = b""
+            # Closed at once with the client's frames unread, the socket would send RST,
+            # which can throw GOAWAY away before the client reads it: our side ends
+            # now, and what still comes is read and dropped for a moment.
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+                self._linger()
+            else:
+                self.transport.close()
+        self._broken = True  # whatever still arrives is dropped unread
+        self.closing = True
+        self._drop_calls()
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._continued is not None and kind != f.CONTINUATION:
