@@ -34,6 +34,8 @@ log = logging.getLogger("accel_gateway.worker")
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 MAX_ERROR_CHARS = 8192  # a reply must fit in one run message
 MAX_VIEWS = 256  # input views kept for the next batches
+# multiprocessing's own exit (below) ends a framework's pool; one that hangs is cut off.
+MULTIPROCESSING_EXIT_S = 5.0
 
 
 def _failure(exc: BaseException) -> tuple:
@@ -191,6 +193,22 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+def _end_multiprocessing(timeout_s: float = MULTIPROCESSING_EXIT_S) -> None:
+    """Run multiprocessing's exit handler, which os._exit skips: it ends the pools a
+    framework started (tinygrad's compile pool) and unlinks their semaphores. Skipped, the
+    resource tracker finds them at its end and prints "leaked semaphore objects"."""
+    util = sys.modules.get("multiprocessing.util")
+    exit_function = getattr(util, "_exit_function", None)
+    if exit_function is None:  # nothing used multiprocessing (or a Python without it)
+        return
+    # A thread with a bound: a pool with a wedged process must not hold up the stop.
+    ending = threading.Thread(target=exit_function, name="multiprocessing-exit", daemon=True)
+    ending.start()
+    ending.join(timeout_s)
+    if ending.is_alive():
+        log.warning("multiprocessing's exit did not finish in %g s; exiting anyway", timeout_s)
+
+
 def main(argv: list[str]) -> None:
     fd, name = int(argv[1]), argv[2]
     # Children of the backend (tinygrad's compile pool, say) must not hold the socket open:
@@ -203,7 +221,9 @@ def main(argv: list[str]) -> None:
     _exit_with_parent(int(os.environ.get("ACCEL_GATEWAY_PARENT_PID", os.getppid())))
     Worker(socket.socket(fileno=fd)).serve()
     # The model is unloaded; skip the interpreter's teardown, where frameworks' exit
-    # handlers can take seconds or hang (tinygrad's compile pool has).
+    # handlers can take seconds or hang (tinygrad's compile pool has), all but
+    # multiprocessing's, bounded.
+    _end_multiprocessing()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
