@@ -195,9 +195,9 @@ def test_under_load_batches_still_fill_to_the_preferred_size(repository_copy, se
         repository,
         "dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [ 16 ] }",
     )
-    # Admission's 8 exempt requests would refuse some of 64 clients' (perf_analyzer stops
-    # at the first refusal): not what this measures.
-    server = server_factory(repository, "--queue-budget-ms", "1000")
+    # Default settings: 64 closed-loop clients are queued, never refused (perf_analyzer
+    # stops at the first refusal).
+    server = server_factory(repository)
     result = subprocess.run(
         [
             str(perf_analyzer), "-m", "mlp", "-u", server.grpc_url, "-i", "grpc",

@@ -46,7 +46,7 @@ def server(tmp_path_factory):
     write_router(repo, "mismatch", [Variant("eager", 1), Variant("simple", 1)])
     process = start_server(
         repo, "--model-control-mode", "explicit", "--load-model", "ab",
-        "--load-model", "shadowed", "--queue-budget-ms", "5000",  # 256 streamed at once
+        "--load-model", "shadowed",  # 256 streamed at once: one rise, not refused by default
         log_dir=tmp_path_factory.mktemp("routing-logs"),
     )  # fmt: skip
     yield process

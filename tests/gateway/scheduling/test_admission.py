@@ -131,6 +131,7 @@ def test_deadline_of_takes_the_sooner_of_the_front_and_the_timeout_parameter():
 def test_queue_budget_parameter():
     config = mc.ModelConfig(name="m")
     assert queue_budget(config, 5.0) == 5.0
+    assert queue_budget(config, None) is None  # the default: no fixed budget
     config.parameters["queue_budget_ms"].string_value = "250"
     assert queue_budget(config, 5.0) == 250.0
     for bad in ("0", "-3", "soon", "inf"):

@@ -53,7 +53,7 @@ def make_batcher(
     batching: str = "max_queue_delay_microseconds: 20000",
     max_batch_size: int = 8,
     max_queue_size: int = 100,
-    queue_budget_ms: float = 60_000.0,  # no admission refusals unless a test asks
+    queue_budget_ms: float | None = None,  # the server's default: no fixed budget
     adaptive_window: bool = False,  # Triton's window unless a test asks
     cores: int | None = None,  # the cores the instances see (1: runs up to 1 ms go inline)
 ):

@@ -4,8 +4,10 @@ simulated clock: a model of one instance running batches, fed by closed or open 
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -197,3 +199,46 @@ def test_a_quiet_window_ends_the_shedding():
     feed(growth, [(100 * i, 300, 100) for i in range(6)])
     assert growth.shedding
     assert not growth.arrive(10.0, 0, 1, 0.1)  # long after: the load stopped
+
+
+# ---- the dynamic batcher, on a real event loop, with the default -------------------------
+
+
+def test_the_batcher_queues_a_closed_loop_and_sheds_an_open_one_by_default():
+    from tests.gateway.scheduling.test_dynamic import DoublingBackend, make_batcher, request
+
+    backend = DoublingBackend(sleep_s=0.02)  # 20 ms a batch of up to 8: 400 rows a second
+    batcher = make_batcher([backend], batching="", max_batch_size=8, max_queue_size=10_000)
+
+    async def client(until: float, refused: list) -> None:
+        while time.monotonic() < until:
+            try:
+                await batcher.infer(request(1.0))
+            except Overloaded as exc:
+                refused.append(exc)
+                return
+
+    async def go() -> tuple[list, list]:
+        closed: list = []
+        # 64 clients that each wait for their answer: about 160 ms of queue, always.
+        until = time.monotonic() + 1.0
+        await asyncio.gather(*(client(until, closed) for _ in range(64)))
+        # Then an open loop of 4,000 requests a second, ten times what the model serves.
+        opened, tasks = [], []
+        for _ in range(200):
+            for _ in range(20):
+                tasks.append(asyncio.ensure_future(batcher.infer(request(1.0))))
+            await asyncio.sleep(0.005)
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, Exception):
+                opened.append(result)
+        await batcher.close()
+        return closed, opened
+
+    closed, opened = asyncio.run(go())
+    assert closed == []
+    assert opened and all(isinstance(exc, Overloaded) for exc in opened)
+    assert "outrun service" in opened[0].message and opened[0].retry_after_s >= 1
+    # Unshed, all 4,000 would have queued (max_queue_size is 10,000); the model serves
+    # about 400 in the second they arrive over.
+    assert len(opened) > 1000
