@@ -5,7 +5,9 @@ what a hardened server answers to each. Shared by tests/gateway/grpc/h2/test_h2_
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -142,44 +144,38 @@ ATTACKS = [
 
 def run_attack(port: int, attack: Attack, window: int, path: str = ECHO, timeout_s: float = 10.0):
     """Send `attack` on a connection of its own to a server whose receive window is
-    `window` (its largest request message, plus 16 KiB); returns (the GOAWAY code the server
-    sent or None, seconds from the first byte sent to the connection's close)."""
-    payload = opening() + attack.build(path, window)
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.settimeout(timeout_s)
-        started = time.monotonic()
-        received = bytearray()
-        try:
-            if attack.reads:
-                sock.setblocking(False)
-                view = memoryview(payload)
-                while view:
-                    try:
-                        sent = sock.send(view[: 1 << 16])
-                        view = view[sent:]
-                    except BlockingIOError:
-                        pass
-                    except (BrokenPipeError, ConnectionResetError):
-                        break
-                    try:
-                        chunk = sock.recv(1 << 16)
-                        if not chunk:
-                            break
-                        received += chunk
-                    except BlockingIOError:
-                        pass
-                sock.settimeout(timeout_s)
-            else:
-                sock.sendall(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+    `window` (its largest request message, plus 16 KiB); returns (the GOAWAY code the
+    server sent or None, seconds from the first byte sent to the server's close)."""
+    return send_attack(port, opening() + attack.build(path, window), attack.reads, timeout_s)
+
+
+def send_attack(port: int, payload: bytes, reads: bool, timeout_s: float = 10.0):
+    """`payload` sent on a new connection, reading what comes back all along (`reads`)
+    or only once it is all sent; blocking calls, so the attacker costs its own core
+    little. Returns as run_attack does."""
+    received = bytearray()
+    closed_at: list[float] = []
+
+    def read(sock: socket.socket) -> None:
         try:
             while chunk := sock.recv(1 << 16):
-                received += chunk
-        except (ConnectionResetError, TimeoutError):
+                received.extend(chunk)
+        except OSError:  # reset, or timed out
             pass
-        closed_s = time.monotonic() - started
-    return goaway_code(bytes(received)), closed_s
+        closed_at.append(time.monotonic())
+
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(timeout_s)
+        reader = threading.Thread(target=read, args=(sock,))
+        started = time.monotonic()
+        if reads:
+            reader.start()
+        with contextlib.suppress(OSError):  # the server closed before it had it all
+            sock.sendall(payload)
+        if not reads:
+            reader.start()
+        reader.join()
+    return goaway_code(bytes(received)), closed_at[0] - started
 
 
 def goaway_code(data: bytes) -> int | None:

@@ -38,6 +38,7 @@ from gateway.grpc.h2.writer import Writer
 log = logging.getLogger(__name__)
 
 MAX_FRAME = 1 << 20  # the largest frame we accept (fewer frames for large tensors)
+_GATHER_PAST = 1 << 16  # a frame still missing more than this is gathered in pieces
 LINGER_S = 1.0  # after GOAWAY, calls the client had already sent are refused, not lost
 
 
@@ -55,7 +56,12 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
         self.idle_since: float | None = None  # when its last call ended (None: calls open)
         self.resets: dict[int, None] = {}
         self.settings_acked = False
-        self._buffer = b""
+        self._buffer = b""  # the start of a frame not yet whole
+        # A large frame arriving in many reads: its pieces, joined once it is whole (a
+        # buffer grown by each read copied a 1 MiB frame some ten times over).
+        self._pieces: list[bytes] = []
+        self._pieces_size = 0
+        self._frame_end = 0  # the bytes the pieces must add up to
         self._preface = False
         # A header block still coming: stream, first frame's flags, block, frames so far.
         self._continued: tuple[int, int, bytearray, int] | None = None
@@ -106,6 +112,7 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
             if stream.task is not None:
                 stream.task.cancel()
         self._buffer = b""
+        self._pieces = []
         self._continued = None
 
     def pause_writing(self) -> None:
@@ -151,7 +158,14 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._broken:
             return
-        buffer = self._buffer + data if self._buffer else data
+        if self._pieces:
+            self._pieces.append(data)
+            self._pieces_size += len(data)
+            if self._pieces_size < self._frame_end:
+                return
+            buffer, self._pieces = b"".join(self._pieces), []
+        else:
+            buffer = self._buffer + data if self._buffer else data
         if not self._preface:
             if len(buffer) < len(f.PREFACE):
                 self._buffer = buffer
@@ -182,7 +196,15 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
             log.exception("gRPC connection from %s failed", self.peer)
             self._fail(f.INTERNAL_ERROR, "internal error")
             return
-        self._buffer = buffer[position:]
+        rest = end - position
+        if rest >= 9:
+            high, low = buffer[position], int.from_bytes(buffer[position + 1 : position + 3])
+            whole = 9 + ((high << 16) | low)
+            if whole - rest > _GATHER_PAST:
+                self._pieces, self._pieces_size = [buffer[position:]], rest
+                self._frame_end, self._buffer = whole, b""
+                return
+        self._buffer = buffer[position:] if position else buffer
 
     def _fail(self, code: int, message: str) -> None:
         log.debug("gRPC connection from %s broke the protocol: %s", self.peer, message)
