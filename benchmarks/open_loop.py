@@ -33,6 +33,7 @@ class Outcome:
     sent: float  # loop time
     status: int | None = None  # None: unanswered
     latency_s: float | None = None
+    unsent: bool = False  # due while every connection waited for an answer
 
 
 @dataclass
@@ -89,18 +90,24 @@ class _Connection(asyncio.Protocol):
 
 
 class _Generator:
-    def __init__(self, host: str, port: int, request: bytes) -> None:
+    def __init__(
+        self, host: str, port: int, request: bytes, max_connections: int = MAX_CONNECTIONS,
+        connection: type = _Connection,
+    ) -> None:  # fmt: skip
+        """`connection`: the protocol class a connection speaks (HTTP/1.1 here; a gRPC one
+        in benchmarks/grpc_open_loop.py), with send(request, outcome)."""
         self.host, self.port, self.request = host, port, request
-        self.idle: deque[_Connection] = deque()
-        self.connections: set[_Connection] = set()
+        self.max_connections = max_connections
+        self.connection = connection
+        self.idle: deque = deque()
+        self.connections: set = set()
         self.opening = 0
 
     async def _open_and_send(self, outcome: Outcome) -> None:
-        self.opening += 1
         try:
             loop = asyncio.get_running_loop()
             _, connection = await loop.create_connection(
-                lambda: _Connection(self), self.host, self.port
+                lambda: self.connection(self), self.host, self.port
             )
         except OSError:
             return  # stays unanswered
@@ -115,8 +122,10 @@ class _Generator:
             if connection in self.connections:
                 connection.send(self.request, outcome)
                 return
-        if len(self.connections) + self.opening >= MAX_CONNECTIONS:
-            return  # every connection is waiting for an answer: unanswered
+        if len(self.connections) + self.opening >= self.max_connections:
+            outcome.unsent = True  # every connection is waiting for an answer: unanswered
+            return
+        self.opening += 1  # now, not when the task starts: sends in this turn count it
         task = asyncio.ensure_future(self._open_and_send(outcome))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -140,11 +149,13 @@ def no_collector_pauses():
 
 
 async def offer(
-    host: str, port: int, request: bytes, rate: float, seconds: float, timeout_s: float = 10.0
-) -> Run:
+    host: str, port: int, request: bytes, rate: float, seconds: float, timeout_s: float = 10.0,
+    max_connections: int = MAX_CONNECTIONS, connection: type = _Connection,
+) -> Run:  # fmt: skip
     """Send `rate` requests a second for `seconds`, then wait for answers up to `timeout_s`
-    after the last send."""
-    generator = _Generator(host, port, request)
+    after the last send. A request due while `max_connections` all wait for answers is
+    not sent, and counts as unanswered."""
+    generator = _Generator(host, port, request, max_connections, connection)
     run = Run()
     tasks: set[asyncio.Task] = set()
     start = time.monotonic()
@@ -170,9 +181,12 @@ async def offer(
     return run
 
 
-async def closed_loop(host: str, port: int, request: bytes, connections: int, seconds: float):
+async def closed_loop(
+    host: str, port: int, request: bytes, connections: int, seconds: float,
+    connection: type = _Connection,
+) -> float:  # fmt: skip
     """Answers a second (2xx only) with `connections` clients that each wait for the last."""
-    generator = _Generator(host, port, request)
+    generator = _Generator(host, port, request, connection=connection)
     tasks: set[asyncio.Task] = set()
     outcomes: list[Outcome] = []
     start = time.monotonic()

@@ -1,18 +1,22 @@
 """Overload: what callers see when three times the saturation rate arrives, open loop.
 
-    .venv/bin/python -m benchmarks.overload [--seconds 10] [--factor 3]
+    .venv/bin/python -m benchmarks.overload [--seconds 20] [--factor 3] [--connections 1000]
+        [--models simple mlp] [--protocols http grpc]
 
-One gateway pinned to one core serves `mlp` (784 -> 1024 -> 1024 -> 10) twice: with
-dynamic batching and without. For each, on the other core:
-1. saturation: answers a second of a closed loop (HTTP, binary tensors), the better of 8
-   connections (the most that admission control never refuses on one instance) and 16
-   (which a batched model needs to fill its batches; on an unbatched one the clients past
-   8 that retry at once spin on refusals, and the answers measured fall);
+One gateway pinned to one core serves `simple` (INT32 add/sub, runs inline) and `mlp`
+(784 -> 1024 -> 1024 -> 10, dynamic batching); the generator runs on the other core. For
+each model and protocol (HTTP with binary tensors; gRPC unary calls, framed by hand in
+benchmarks/grpc_open_loop.py so that one core can offer the rate):
+1. saturation: answers a second of the better closed loop of 16 or 64 connections;
 2. unloaded latency: p99 of an open loop at a tenth of saturation;
-3. overload: `--factor` times saturation, open loop, for `--seconds`; then the time until
-   the server's CPU falls idle once the load stops.
-Goals (issue 12): every request answered (no client timeout), refusals under 5 ms at p99,
-admitted requests' p99 under 10x the unloaded p99, the server idle within 1 s.
+3. overload: `--factor` times saturation, open loop, for `--seconds`, on up to
+   `--connections` kept-alive connections (one request in flight on each: a request due
+   while all wait counts as unanswered), 10 s client timeout; printed per second (by send
+   time), with the generator's and the server's CPU share, so a generator short of CPU
+   shows; then the time until the server falls idle once the load stops.
+Goals (issue 37): every request answered (no client timeout), refusals (503 / gRPC
+UNAVAILABLE) under 5 ms at p99, admitted requests' p99 under 10x the unloaded p99, the
+server idle within 1 s.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import tempfile
 import threading
 import time
@@ -27,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.grpc_open_loop import GrpcConnection
 from benchmarks.open_loop import (
     Run,
     binary_infer_request,
@@ -34,28 +40,30 @@ from benchmarks.open_loop import (
     no_collector_pauses,
     offer,
 )
+from benchmarks.overload_requests import grpc_infer, http_infer
 from benchmarks.perf import pin_to
 from gateway.launch import start_gateway
-from gateway.scheduling.admission import EXEMPT_PER_INSTANCE
+from models import simple
 from models.mlp import write_mlp
 
-MODELS = {"mlp_batched": True, "mlp_direct": False}
-HIDDEN = 4096  # compute-bound: a run costs far more than reading and refusing a request
 IDLE_CPU_SHARE = 0.05  # the server counts as idle below this share of its core
+# The better of closed loops this wide: a loop too narrow leaves the server idle between
+# answers, a wide one makes a batched model's batches.
+SATURATION_CONNECTIONS = (16, 64)
 
 
 def request_bytes(port: int, model: str) -> bytes:
+    """One `mlp` row as a whole HTTP request (binary tensors; benchmarks.soak uses it)."""
     return binary_infer_request(port, model, (1, 784), "INPUT0", "OUTPUT0")
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 class CpuSampler(threading.Thread):
-    """The server's CPU time every 100 ms, from the load's start until stopped: the wait
-    for late answers comes after the last send, and the server may fall idle during it."""
+    """A process's CPU time every 100 ms until stopped."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -69,8 +77,16 @@ class CpuSampler(threading.Thread):
             if self.stopped.wait(0.1):
                 return
 
+    def share(self, begin: float, end: float) -> float:
+        """The process's share of a core between two clock times (nearest samples)."""
+        inside = [s for s in self.samples if begin <= s[0] <= end]
+        if len(inside) < 2:
+            return float("nan")
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return (c1 - c0) / (t1 - t0)
+
     def seconds_to_idle(self, since: float, limit_s: float = 30.0) -> float:
-        """From `since` until the first 100 ms in which the server used under
+        """From `since` until the first 100 ms in which the process used under
         IDLE_CPU_SHARE of its core; sampling goes on until then (at most `limit_s`)."""
         checked = 0
         while True:
@@ -88,71 +104,110 @@ def p99_ms(latencies: list[float]) -> float:
     return float(np.percentile(latencies, 99) * 1e3) if latencies else float("nan")
 
 
-def report(model: str, saturation: float, connections: int, unloaded_p99: float, rate: float,
-           run: Run, idle_s: float) -> None:  # fmt: skip
-    answered = [o for o in run.outcomes if o.status is not None]
-    ok = [o.latency_s for o in answered if o.status == 200]
-    refused = [o.latency_s for o in answered if o.status == 503]
-    other = len(answered) - len(ok) - len(refused)
-    unanswered = len(run.outcomes) - len(answered)
-    admitted_p99 = p99_ms(ok)
-    print(f"\n{model}: saturation {saturation:,.0f} answers/s (closed loop, "
-          f"{connections} connections)")  # fmt: skip
-    print(f"  unloaded p99 {unloaded_p99:.2f} ms (open loop at a tenth of saturation)")
-    print(f"  offered {rate:,.0f}/s for {len(run.outcomes) / rate:.0f} s: {len(run.outcomes)} "
-          f"requests, {run.late_sends} sent over 10 ms late")  # fmt: skip
-    print(f"  answered {len(answered)} (200: {len(ok)}, 503: {len(refused)}, other: {other}), "
-          f"unanswered {unanswered} (goal 0)")  # fmt: skip
-    print(f"  refusals p99 {p99_ms(refused):.2f} ms (goal < 5); admitted p99 "
-          f"{admitted_p99:.2f} ms = {admitted_p99 / unloaded_p99:.1f}x unloaded (goal < 10)")
-    print(f"  idle {idle_s:.2f} s after the load stopped (goal < 1)")
+def per_second(run: Run, start: float, server: CpuSampler, client: CpuSampler) -> None:
+    print("   s    offered   200    503  other  unanswered  refused p99  admitted p99  "
+          "server CPU  generator CPU")  # fmt: skip
+    seconds = int(np.ceil(run.ended - start))
+    for second in range(seconds):
+        begin = start + second
+        these = [o for o in run.outcomes if begin <= o.sent < begin + 1]
+        ok = [o.latency_s for o in these if o.status == 200]
+        refused = [o.latency_s for o in these if o.status == 503]
+        unanswered = sum(1 for o in these if o.status is None)
+        other = len(these) - len(ok) - len(refused) - unanswered
+        print(f"{second:>4}  {len(these):>9}  {len(ok):>4}  {len(refused):>5}  {other:>5}  "
+              f"{unanswered:>10}  {p99_ms(refused):>8.2f} ms  {p99_ms(ok):>9.2f} ms  "
+              f"{server.share(begin, begin + 1):>9.0%}  "
+              f"{client.share(begin, begin + 1):>13.0%}")  # fmt: skip
 
 
-def measure(model: str, port: int, pid: int, args: argparse.Namespace) -> None:
-    request = request_bytes(port, model)
-    saturation, connections = max(
-        (asyncio.run(closed_loop("127.0.0.1", port, request, n, 3.0)), n)
-        for n in (EXEMPT_PER_INSTANCE, 2 * EXEMPT_PER_INSTANCE)
+def summary(label: str, unloaded_p99: float, run: Run, idle_s: float) -> dict[str, float]:
+    ok = [o.latency_s for o in run.outcomes if o.status == 200]
+    refused = [o.latency_s for o in run.outcomes if o.status == 503]
+    unanswered = sum(1 for o in run.outcomes if o.status is None)
+    unsent = sum(1 for o in run.outcomes if o.unsent)
+    other = len(run.outcomes) - len(ok) - len(refused) - unanswered
+    figures = {"unanswered": unanswered, "refused_p99_ms": p99_ms(refused),
+               "admitted_x": p99_ms(ok) / unloaded_p99, "idle_s": idle_s}  # fmt: skip
+    print(f"{label}: {len(run.outcomes)} offered ({run.late_sends} sent over 10 ms late): "
+          f"200 {len(ok)}, 503 {len(refused)}, other {other}, unanswered {unanswered} "
+          f"(of which {unsent} found every connection waiting; goal 0); refusals p99 "
+          f"{figures['refused_p99_ms']:.2f} ms (goal < 5); admitted p99 {p99_ms(ok):.2f} ms = "
+          f"{figures['admitted_x']:.1f}x unloaded (goal < 10); idle {idle_s:.2f} s after "
+          "the load stopped (goal < 1)")  # fmt: skip
+    return figures
+
+
+def measure(model: str, protocol: str, server, args: argparse.Namespace) -> dict[str, float]:
+    if protocol == "http":
+        port, request, connection = server.http_port, http_infer(server.http_port, model), None
+    else:
+        port, request, connection = server.grpc_port, grpc_infer(model), GrpcConnection
+    kinds = {"connection": connection} if connection else {}
+    saturation = max(
+        asyncio.run(closed_loop("127.0.0.1", port, request, n, 2.0, **kinds))
+        for n in SATURATION_CONNECTIONS
     )
     with no_collector_pauses():
-        calm = asyncio.run(offer("127.0.0.1", port, request, saturation / 10, 3.0))
+        calm = asyncio.run(offer("127.0.0.1", port, request, saturation / 10, 3.0, **kinds))
     unloaded_p99 = p99_ms([o.latency_s for o in calm.outcomes if o.status == 200])
     rate = args.factor * saturation
-    sampler = CpuSampler(pid)
-    sampler.start()
+    label = f"{model} over {protocol}"
+    print(f"\n{label}: saturation {saturation:,.0f}/s (closed loops of "
+          f"{' or '.join(map(str, SATURATION_CONNECTIONS))} connections); unloaded p99 "
+          f"{unloaded_p99:.2f} ms (open loop at a tenth); "
+          f"offering {rate:,.0f}/s for {args.seconds:.0f} s on up to {args.connections} "
+          "connections")  # fmt: skip
+    server_cpu, client_cpu = CpuSampler(server.process.pid), CpuSampler(os.getpid())
+    server_cpu.start()
+    client_cpu.start()
+    start = time.monotonic()
     try:
         with no_collector_pauses():
-            run = asyncio.run(offer("127.0.0.1", port, request, rate, args.seconds))
-        idle_s = sampler.seconds_to_idle(run.ended)
+            run = asyncio.run(offer("127.0.0.1", port, request, rate, args.seconds,
+                                    max_connections=args.connections, **kinds))  # fmt: skip
+        idle_s = server_cpu.seconds_to_idle(run.ended)
     finally:
-        sampler.stopped.set()
-        sampler.join()
-    report(model, saturation, connections, unloaded_p99, rate, run, idle_s)
+        for sampler in (server_cpu, client_cpu):
+            sampler.stopped.set()
+            sampler.join()
+    per_second(run, start, server_cpu, client_cpu)
+    return summary(label, unloaded_p99, run, idle_s)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--factor", type=float, default=3.0)
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--models", nargs="+", default=["simple", "mlp"],
+                        choices=["simple", "mlp"])  # fmt: skip
+    parser.add_argument("--protocols", nargs="+", default=["http", "grpc"],
+                        choices=["http", "grpc"])  # fmt: skip
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
     parser.add_argument("--gateway-arg", action="append", default=[],
-                        help="an extra `serve` argument, e.g. --gateway-arg=--queue-budget-ms=5")
+                        help="an extra `serve` argument, e.g. --gateway-arg=--shed-lag-ms=0")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
-        for name, batched in MODELS.items():
-            write_mlp(repository, name, HIDDEN, dynamic_batching=batched, intra_op_threads=1)
+        simple.build(repository)
+        write_mlp(repository, "mlp", 1024, dynamic_batching=True, intra_op_threads=1)
         pin_to(args.client_core)
         server = start_gateway(
             repository, "--log-level", "warning", *args.gateway_arg,
             log_path=Path(tmp) / "gateway.log", cpu_cores={args.server_core}, timeout_s=180,
         )  # fmt: skip
+        results = {}
         try:
-            for name in MODELS:
-                measure(name, server.http_port, server.process.pid, args)
+            for model, protocol in itertools.product(args.models, args.protocols):
+                results[(model, protocol)] = measure(model, protocol, server, args)
         finally:
             server.stop()
+        print("\nmodel   protocol  unanswered  refusals p99  admitted p99 / unloaded  idle after")
+        for (model, protocol), r in results.items():
+            print(f"{model:<7} {protocol:<8}  {r['unanswered']:>10}  {r['refused_p99_ms']:>9.2f} ms"
+                  f"  {r['admitted_x']:>22.1f}x  {r['idle_s']:>8.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

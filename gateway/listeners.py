@@ -15,6 +15,7 @@ import uvicorn
 
 from gateway.grpc.listener import GatewayGrpc, GrpcioGrpc
 from gateway.http.app import create_app
+from gateway.http.early_refusal import protocol_for
 from gateway.http.infer_route import with_infer_route
 from gateway.http.timeouts import timed_protocol
 from gateway.limits import ConnectionLimits
@@ -57,12 +58,15 @@ def check_ports_free(options: Any) -> None:
 
 
 def uvicorn_server(
-    app: Any, limits: ConnectionLimits, context: ssl.SSLContext | None = None
-) -> _Uvicorn:
+    app: Any, limits: ConnectionLimits, context: ssl.SSLContext | None = None,
+    shedder: Any = None,
+) -> _Uvicorn:  # fmt: skip
+    """`shedder`: the core's LoopShedder, for a server of inference requests (they are
+    refused before uvicorn builds them while it says so: gateway/http/early_refusal.py)."""
     config = uvicorn.Config(
         app,
         loop="none",
-        http=timed_protocol(limits.read_timeout_s),
+        http=protocol_for(timed_protocol(limits.read_timeout_s), shedder),
         # Requests on any connection get 503 while this many connections are open.
         limit_concurrency=limits.max_connections,
         lifespan="off",
@@ -120,8 +124,9 @@ class Listeners:
         options = self.options
         app = create_app(self.core, options.max_body_bytes)
         self.http = uvicorn_server(
-            with_infer_route(app, self.core, options.max_body_bytes), options.limits, context
-        )
+            with_infer_route(app, self.core, options.max_body_bytes), options.limits, context,
+            getattr(self.core, "shedder", None),
+        )  # fmt: skip
         self._task = asyncio.create_task(self.http.serve(sockets=[self._http_socket]))
 
     async def set_serving(self, serving: bool) -> None:

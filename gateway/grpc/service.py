@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
@@ -22,11 +23,14 @@ from gateway.core import InferenceCore
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
 from gateway.grpc.streaming import serve_stream
 from gateway.log_settings import Occasional
+from gateway.shedding import REFUSAL, RETRY_AFTER_S
 from gateway.tracing.tracer import traced
 
 log = logging.getLogger(__name__)
 # A model failing every call is one line every 10 s per method and model, not one a call.
 _backend_failed = Occasional(log, logging.ERROR, 10.0)
+_PUSHBACK = (("grpc-retry-pushback-ms", str(RETRY_AFTER_S * 1000)),)
+_MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -185,6 +189,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelInfer(self, request, context):
         self.core.shedder.check()  # before decoding: a refusal must cost little
+        return await self._infer(request, context)
+
+    @_rpc
+    async def _admitted_infer(self, request, context):
+        return await self._infer(request, context)
+
+    async def _infer(self, request, context):
         tracing = self.core.tracing
         started = time.perf_counter_ns() if tracing.settings.enabled else 0
         infer_request = decode_request(request, self.core.shared_memory.input_array)
@@ -199,6 +210,24 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         if trace is None:
             return encode_response(await self.core.infer(infer_request))
         return (await traced(trace, self.core.infer(infer_request), encode_response))[1]
+
+    async def model_infer_bytes(self, message: bytes, context):
+        """ModelInfer from the request's bytes, for the gateway's HTTP/2 server: a call
+        the shedder refuses ends with UNAVAILABLE and retry pushback before its message is
+        parsed, without an exception's cost (that server reads a status set on the
+        context; grpc.aio keeps the parsed ModelInfer)."""
+        if self.core.shedder.refuse():
+            context.set_code(grpc.StatusCode.UNAVAILABLE)
+            context.set_details(REFUSAL)
+            context.set_trailing_metadata(_PUSHBACK)
+            return None
+        try:
+            request = pb.ModelInferRequest.FromString(message)
+        except DecodeError as exc:
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"the request message did not parse: {exc}"
+            )
+        return await self._admitted_infer(request, context)
 
     async def ModelStreamInfer(
         self, request_iterator, context
@@ -274,17 +303,26 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def add_services(
-    server: grpc.aio.Server, core: InferenceCore, max_calls: int
+    server: grpc.aio.Server, core: InferenceCore, max_calls: int, raw_infer: bool = False
 ) -> tuple[HealthServicer, dict[str, grpc.RpcMethodHandler]]:
     """Register the V2 service (at most `max_calls` of its calls at once) and
     grpc.health.v1 on `server`. Returns the health servicer and the handlers of the calls
-    that come many at a time (for gateway/grpc/acceptors.py)."""
+    that come many at a time (for gateway/grpc/acceptors.py). `raw_infer`: ModelInfer
+    takes the message's bytes, so that a refusal comes before parsing (the gateway's
+    own HTTP/2 server, which passes bytes to a handler that names no parser)."""
     service = InferenceService(core, max_calls)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
+    if raw_infer:
+        handler = grpc.unary_unary_rpc_method_handler(
+            service.model_infer_bytes,
+            response_serializer=pb.ModelInferResponse.SerializeToString,
+        )
+        service_name, method = _MODEL_INFER[1:].split("/")
+        server.add_registered_method_handlers(service_name, {method: handler})
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     hot = {
-        "/inference.GRPCInferenceService/ModelInfer": grpc.unary_unary_rpc_method_handler(
+        _MODEL_INFER: grpc.unary_unary_rpc_method_handler(
             service.ModelInfer,
             request_deserializer=pb.ModelInferRequest.FromString,
             response_serializer=pb.ModelInferResponse.SerializeToString,
