@@ -67,7 +67,11 @@ class ControlFrames:
             if stream_id == 0:
                 raise f.H2Error(f.PROTOCOL_ERROR, "PRIORITY on stream 0")
             if len(payload) != 5:
-                self.reset(stream_id, f.FRAME_SIZE_ERROR)
+                stream = self.streams.get(stream_id)
+                if stream is not None:
+                    self.fail_stream(stream, f.FRAME_SIZE_ERROR)
+                else:
+                    self.reset(stream_id, f.FRAME_SIZE_ERROR)
             self.guard.spend("idle", self._now())  # advice we do not take
         else:  # a type we do not know: ignored, as the protocol says, within a budget
             self.guard.spend("idle", self._now())
