@@ -19,6 +19,8 @@ from typing import Any
 
 from gateway.shedding import REFUSAL, RETRY_AFTER_S, LoopShedder
 
+# In the scope of an inference request the protocol admitted: the shedder was asked once.
+ADMITTED = "gateway.shedder_admitted"
 _BODY = b'{"error":"%s"}' % REFUSAL.encode()
 REFUSED_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
@@ -39,20 +41,24 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
         _admitted = 0  # inference requests admitted here and not answered yet
 
         def on_headers_complete(self) -> None:
-            if self.parser.get_method() == b"POST" and _is_infer(self.url):
-                earlier = self.cycle
-                if (
-                    (earlier is None or earlier.response_complete)
-                    and not self.expect_100_continue
-                    and self.parser.should_keep_alive()
-                    and shedder.refuse()
-                ):
-                    self._refusing = True
-                    self.transport.write(REFUSED_RESPONSE)
-                    return
-                self._admitted += 1
-                shedder.pending += 1
+            if self.parser.get_method() != b"POST" or not _is_infer(self.url):
+                super().on_headers_complete()
+                return
+            earlier = self.cycle
+            early = (
+                (earlier is None or earlier.response_complete)
+                and not self.expect_100_continue
+                and self.parser.should_keep_alive()
+            )
+            if early and shedder.refuse():
+                self._refusing = True
+                self.transport.write(REFUSED_RESPONSE)
+                return
+            self._admitted += 1
+            shedder.pending += 1
             super().on_headers_complete()
+            if early:  # the handler need not ask again (one draw a request)
+                self.scope[ADMITTED] = True
 
         def on_body(self, body: bytes) -> None:
             if not self._refusing:

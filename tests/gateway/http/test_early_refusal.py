@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from gateway.http.early_refusal import ADMITTED
 from gateway.limits import ConnectionLimits
 from gateway.listeners import listen, uvicorn_server
 from gateway.shedding import LoopShedder
@@ -102,10 +103,11 @@ def test_only_inference_requests_are_refused_early():
 
 def test_admitted_requests_count_as_pending_until_answered_or_gone():
     app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 1.0)
-    counts: list[int] = []
+    counts: list[tuple[int, bool]] = []
 
     async def counting(scope, receive, send) -> None:
-        counts.append(shedder.pending)
+        # Pending while served; marked, so that the handler does not draw a second time.
+        counts.append((shedder.pending, ADMITTED in scope))
         await app(scope, receive, send)
 
     async def scenario() -> None:
@@ -122,7 +124,7 @@ def test_admitted_requests_count_as_pending_until_answered_or_gone():
             assert answered == 0
 
     asyncio.run(scenario())
-    assert counts == [1, 1] and shedder.pending == 0
+    assert counts == [(1, True), (1, True)] and shedder.pending == 0
 
 
 def test_a_server_without_shedding_uses_the_plain_protocol():
