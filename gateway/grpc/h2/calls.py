@@ -102,6 +102,13 @@ class Messages:
 
     def feed(self, data: bytes) -> None:
         buffer = self._buffer
+        if not buffer and len(data) >= 5 and not (self.single and self.ready):
+            size = int.from_bytes(data[1:5], "big")
+            if len(data) == 5 + size and size <= self.max_bytes:  # one whole message
+                message = data[5:]
+                self.ready.append((self._decompress(message) if data[0] else message, 5 + size))
+                self.ready_bytes += 5 + size
+                return
         buffer += data
         while len(buffer) >= 5:
             if self.single and self.ready:
@@ -115,7 +122,8 @@ class Messages:
             if len(buffer) < 5 + size:
                 return
             compressed = buffer[0]
-            message = bytes(buffer[5 : 5 + size])
+            with memoryview(buffer) as view:  # one copy, not a slice and then bytes of it
+                message = bytes(view[5 : 5 + size])
             del buffer[: 5 + size]
             self.ready.append((self._decompress(message) if compressed else message, 5 + size))
             self.ready_bytes += 5 + size
