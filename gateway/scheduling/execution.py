@@ -6,6 +6,8 @@ Config parameters (ModelConfig.parameters, string values as Triton has them):
     worker_run_timeout_s    a batch running longer means a hung worker: it is killed
     worker_max_restarts     crashes in a row before a worker is no longer restarted
     worker_load_timeout_s   a worker that has not loaded its model by then is killed
+    worker_restart_wait_s   how long a request waits for a restarting worker before a 503
+                            (0: a 503 at once); scheduling/restarts.py
 
 Default: a thread for ONNX Runtime on the CPU and for a remote model (which only waits
 on the network), a worker process for everything else; a Python model (a user's own
@@ -72,7 +74,9 @@ def execution_mode(config: mc.ModelConfig, platform: str, device: Device) -> str
     return "process"
 
 
-def _number(config: mc.ModelConfig, key: str, default: float, integer: bool) -> float:
+def _number(
+    config: mc.ModelConfig, key: str, default: float, integer: bool, zero: bool = False
+) -> float:
     text = _parameter(config, key)
     if text is None:
         return default
@@ -80,8 +84,11 @@ def _number(config: mc.ModelConfig, key: str, default: float, integer: bool) -> 
         value = int(text) if integer else float(text)
     except ValueError:
         value = -1
-    if value < 0 or (not integer and (value == 0 or not math.isfinite(value))):
-        kind = "a non-negative integer" if integer else "a positive number of seconds"
+    if value < 0 or (not integer and ((value == 0 and not zero) or not math.isfinite(value))):
+        if integer:
+            kind = "a non-negative integer"
+        else:
+            kind = "a number of seconds, 0 or more" if zero else "a positive number of seconds"
         raise InvalidArgument(
             f"model '{config.name}': parameter {key} must be {kind}, not {text!r}"
         )
@@ -94,6 +101,9 @@ def worker_settings(config: mc.ModelConfig) -> WorkerSettings:
         run_timeout_s=_number(config, "worker_run_timeout_s", defaults.run_timeout_s, False),
         max_restarts=int(_number(config, "worker_max_restarts", defaults.max_restarts, True)),
         load_timeout_s=_number(config, "worker_load_timeout_s", defaults.load_timeout_s, False),
+        restart_wait_s=_number(
+            config, "worker_restart_wait_s", defaults.restart_wait_s, False, zero=True
+        ),
     )
 
 

@@ -4,6 +4,8 @@ An instance is busy while its `running` future is not done: a run whose caller w
 cancelled, or a worker process that is restarting. It comes back to the pool when
 that future ends; an instance that has `retired` (its worker stopped restarting)
 never does, and once every instance has, callers get a 503 instead of waiting.
+While every live instance is restarting its worker, a caller waits for it within a bound
+or gets a 503 at once (scheduling/restarts.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ from collections import deque
 from typing import Any
 
 from accel_base.errors import Unavailable
+from gateway.scheduling.restarts import (
+    restart_refusal,
+    restart_wait_s,
+    restarting_error,
+    seconds_left,
+)
 
 
 class InstancePool:
@@ -26,6 +34,10 @@ class InstancePool:
         self.model = model
         self._idle: deque[Any] = deque(instances)
         self._waiters: deque[asyncio.Future] = deque()
+        # Waiters for a restart -> when they stop waiting (loop time), in that order.
+        self._bounds: dict[asyncio.Future, float] = {}
+        self._bound_timer: asyncio.TimerHandle | None = None
+        self._overdue = False  # a wait for this restart ran out: refuse the next at once
 
     def _retired_error(self) -> Unavailable:
         reasons = "; ".join(i.down_reason for i in self.instances if i.down_reason)
@@ -45,8 +57,12 @@ class InstancePool:
             return instance
         if all(i.retired for i in self.instances):
             raise self._retired_error()
+        refusal = restart_refusal(self.model, self.instances, self._overdue)
+        if refusal is not None:
+            raise refusal
         waiter: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        self._bound_waits()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -57,6 +73,8 @@ class InstancePool:
                 with contextlib.suppress(ValueError):  # release() may have dropped it already
                     self._waiters.remove(waiter)
             raise
+        finally:
+            self._bounds.pop(waiter, None)
 
     def _usable(self, instance: Any) -> bool:
         """Whether an instance can run now; if it is busy, it comes back when it is not."""
@@ -67,7 +85,9 @@ class InstancePool:
         if instance.running is not None and not instance.running.done():
             # A cancelled caller's run, or a restart: free only when that ends.
             instance.running.add_done_callback(lambda _: self.release(instance))
+            self._bound_waits()  # the last live instance may have gone down just now
             return False
+        self._overdue = False
         return True
 
     def release(self, instance: Any) -> None:
@@ -79,6 +99,47 @@ class InstancePool:
                 waiter.set_result(instance)
                 return
         self._idle.append(instance)
+
+    # ---- waiting for a restart -------------------------------------------------------
+
+    def _bound_waits(self) -> None:
+        """While every live instance restarts, give each waiter without one its bound."""
+        bound = restart_wait_s(self.instances)
+        if bound is None or not self._waiters:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + bound
+        for waiter in self._waiters:
+            self._bounds.setdefault(waiter, until)  # insertion order is deadline order
+        if self._bound_timer is None:
+            first = next(iter(self._bounds.values()))
+            self._bound_timer = loop.call_at(first, self._end_waits)
+
+    def _end_waits(self) -> None:
+        """Answer the waiters whose bound has passed with a 503, if no instance is back."""
+        self._bound_timer = None
+        bound = restart_wait_s(self.instances)
+        if bound is None:  # a worker is back: waiting for it is plain queueing again
+            self._bounds.clear()
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        error = None
+        while self._bounds:
+            waiter, until = next(iter(self._bounds.items()))
+            if not waiter.done() and until > now:
+                self._bound_timer = loop.call_at(until, self._end_waits)
+                return
+            del self._bounds[waiter]
+            if waiter.done():
+                continue
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            self._overdue = True
+            if error is None:
+                left = seconds_left(self.instances)
+                error = restarting_error(self.model, self.instances, bound, left)
+            waiter.set_exception(error)
 
     def fail_waiters(self, error: Exception) -> None:
         """Answer everyone still waiting for an instance (the model is going away)."""

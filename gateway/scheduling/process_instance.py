@@ -9,7 +9,8 @@ When the worker dies (a crash, `kill -9`, out of memory) or hangs past the run
 timeout (it is killed then), only the batch it was running fails. The instance stays
 out of the pool while a new worker starts, after a backoff that doubles with each
 crash in a row; after `max_restarts` crashes in a row it retires for good, with the
-reason, and the model answers 503 until it is loaded again.
+reason, and the model answers 503 until it is loaded again. A request waits for the
+restart at most `restart_wait_s` (scheduling/restarts.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ import numpy as np
 from accel_base import errors
 from accel_base.batch import Allocator
 from gateway.scheduling.instances import inline_limit_ns, moving_average
+from gateway.scheduling.restarts import restarting_error, seconds_left
 from workers.client import LoadedModel, Reply, WorkerError, WorkerGone, WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,9 @@ class WorkerSettings:
     max_restarts: int = 5  # crashes in a row (no successful batch between) before giving up
     load_timeout_s: float = 600.0  # compiling backends (TVM, torch.compile) load slowly
     first_backoff_s: float = 0.1
+    # Under half of a common 10 s client timeout: a restart that takes longer is answered
+    # with a 503 and Retry-After that the client has time to act on.
+    restart_wait_s: float = 5.0
     nice: int = 0  # steps below the gateway's priority (--backend-nice; accel_base/cpu.py)
     spares: Any = None  # scheduling.spares.SpareWorkers, on demand
     model_calls: str | None = None  # the socket a Python model calls other models on
@@ -73,7 +79,10 @@ class ProcessInstance:
         self._starting: WorkerProcess | None = None  # a worker still loading (close kills it)
         self._closed = False
         self.worker: WorkerProcess | None
+        began = time.monotonic()
         self.worker, self.loaded = self._spawn_unless_closed()
+        self.start_s = time.monotonic() - began  # a restart's estimate: the last start's time
+        self.back_at: float | None = None  # while restarting: when it is expected back
         self.recent_run_ns: float | None = None
         # Not done while a run goes on or a new worker starts (the pool waits for it).
         self.running: asyncio.Future | None = None
@@ -112,7 +121,12 @@ class ProcessInstance:
             recovery = self.running
             if self.retired or self._closed or recovery is None or recovery.done():
                 raise errors.Unavailable(f"model '{self.model}': {self.down_reason}")
-            await asyncio.shield(recovery)
+            try:  # within the bound that the pool keeps for its waiters too
+                await asyncio.wait_for(asyncio.shield(recovery), self.restart_wait_s)
+            except TimeoutError:
+                raise restarting_error(
+                    self.model, [self], self.restart_wait_s, seconds_left([self])
+                ) from None
             worker = self.worker
         loop = asyncio.get_running_loop()
         self._watch(loop, worker)
@@ -195,6 +209,14 @@ class ProcessInstance:
 
     # ---- death and restart -----------------------------------------------------------
 
+    @property
+    def restarting(self) -> bool:
+        return self.worker is None and not self.retired and not self._closed
+
+    @property
+    def restart_wait_s(self) -> float:
+        return self.settings.restart_wait_s
+
     def _worker_ended(self, worker: WorkerProcess) -> None:
         assert self._loop is not None
         self._loop.remove_reader(worker.fileno())
@@ -209,7 +231,9 @@ class ProcessInstance:
         message = f"the worker process of instance {self.name} died"
         try:
             reason, self._kill_reason = self._kill_reason, None
-            if reason is None:
+            if reason is None and worker.process.poll() is not None:  # ended: no thread
+                reason = worker.exit_description()
+            if reason is None:  # its socket closed first: wait for its end off the loop
                 reason = await asyncio.to_thread(worker.exit_description)
             message = f"the worker process of instance {self.name} {reason}"
             log.error("model '%s': %s", self.model, message)
@@ -224,6 +248,7 @@ class ProcessInstance:
         while not self._closed:
             if self.crashes > self.settings.max_restarts:
                 self.retired = True
+                self.back_at = None
                 self.down_reason = (
                     f"{message}; it crashed {self.crashes} times in a row and is not restarted "
                     "(load the model again to retry)"
@@ -231,11 +256,17 @@ class ProcessInstance:
                 log.error("model '%s': %s", self.model, self.down_reason)
                 return
             delay = min(self.settings.first_backoff_s * 2 ** (self.crashes - 1), MAX_BACKOFF_S)
+            self.back_at = time.monotonic() + delay + self.start_s
             self.down_reason = (
                 f"{message}; restarting in {delay:g} s "
                 f"(restart {self.crashes} of at most {self.settings.max_restarts})"
             )
             await asyncio.sleep(delay)
+            self.down_reason = (
+                f"{message}; starting a new worker (restart {self.crashes} of at most "
+                f"{self.settings.max_restarts})"
+            )
+            began = time.monotonic()
             try:
                 # The thread sets self.worker itself: if an unload cancels this task while
                 # the thread finishes, close() still finds the new worker and stops it.
@@ -245,6 +276,8 @@ class ProcessInstance:
                 log.error("model '%s': %s", self.model, message)
                 self.crashes += 1
                 continue
+            self.start_s = time.monotonic() - began
+            self.back_at = None
             self.down_reason = None
             self.attach()
             log.info("model '%s': instance %s has a new worker process", self.model, self.name)

@@ -113,7 +113,9 @@ def test_every_datatype_and_digits_same_as_threads(process_server, gateway, prot
 
 
 def test_kill_9_fails_at_most_the_batch_in_flight(process_server):
-    server = process_server("mlp", "simple")
+    # Requests wait out the restart however slow this machine is (the default bound would
+    # answer 503 past 5 s): this test counts failures. test_worker_deaths.py has the bound.
+    server = process_server("mlp", "simple", worker_restart_wait_s="60")
     client = httpclient.InferenceServerClient(server.http_url, concurrency=1)
     features = np.random.default_rng(0).random((1, 784), dtype=np.float32)
     results: dict[str, list[tuple[float, bool]]] = {"mlp": [], "simple": []}
@@ -271,7 +273,9 @@ def test_a_cancelled_caller_does_not_stop_the_run_timeout(process_server):
 def test_an_idle_worker_death_and_queue_timeouts_with_dynamic_batching(
     repository_copy, server_factory
 ):
-    repository = in_processes(repository_copy("mlp"), "mlp", worker_run_timeout_s="3")
+    repository = in_processes(
+        repository_copy("mlp"), "mlp", worker_run_timeout_s="3", worker_restart_wait_s="60"
+    )
     config = repository / "mlp" / "config.pbtxt"
     policy = "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 300000 }"
     text = config.read_text().replace("dynamic_batching {", "dynamic_batching { " + policy, 1)

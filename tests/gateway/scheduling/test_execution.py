@@ -51,3 +51,12 @@ def test_worker_settings():
         with pytest.raises(InvalidArgument, match="worker_run_timeout_s"):
             worker_settings(config(worker_run_timeout_s=text))
     assert worker_settings(config(worker_load_timeout_s="30")).load_timeout_s == 30
+
+
+def test_restart_wait_may_be_zero_but_not_negative():
+    assert worker_settings(config()).restart_wait_s == 5.0
+    assert worker_settings(config(worker_restart_wait_s="0")).restart_wait_s == 0
+    assert worker_settings(config(worker_restart_wait_s="2.5")).restart_wait_s == 2.5
+    for text in ("-1", "nan", "soon"):
+        with pytest.raises(InvalidArgument, match="worker_restart_wait_s must be a number of"):
+            worker_settings(config(worker_restart_wait_s=text))
