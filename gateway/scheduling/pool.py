@@ -124,21 +124,22 @@ class InstancePool:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        error = None
+        expired: list[asyncio.Future] = []
         while self._bounds:
             waiter, until = next(iter(self._bounds.items()))
             if not waiter.done() and until > now:
                 self._bound_timer = loop.call_at(until, self._end_waits)
-                return
+                break
             del self._bounds[waiter]
-            if waiter.done():
-                continue
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-            self._overdue = True
-            if error is None:
-                left = seconds_left(self.instances)
-                error = restarting_error(self.model, self.instances, bound, left)
+            if not waiter.done():
+                expired.append(waiter)
+        if not expired:
+            return
+        self._overdue = True
+        gone = set(expired)  # one pass over the waiters, however many expire at once
+        self._waiters = deque(w for w in self._waiters if w not in gone)
+        error = restarting_error(self.model, self.instances, bound, seconds_left(self.instances))
+        for waiter in expired:
             waiter.set_exception(error)
 
     def fail_waiters(self, error: Exception) -> None:

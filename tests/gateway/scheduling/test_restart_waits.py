@@ -92,3 +92,18 @@ def test_a_live_instance_means_no_bound():
         assert await asyncio.wait_for(pool.acquire(), 5) is busy
 
     asyncio.run(scenario())
+
+
+def test_every_waiter_is_answered_and_none_is_left_to_block_the_instance_back():
+    async def scenario() -> None:
+        instance = Restarting(wait_s=0.05)
+        pool = InstancePool([instance], "m")
+        assert pool.try_acquire() is None
+        waits = [asyncio.ensure_future(pool.acquire()) for _ in range(50)]
+        results = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 5)
+        assert all(isinstance(r, Unavailable) for r in results), results
+        instance.back()
+        await asyncio.sleep(0)
+        assert pool.try_acquire() is instance  # no answered waiter holds it back
+
+    asyncio.run(scenario())
