@@ -28,7 +28,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from accel_base import call_wire
 from accel_base.errors import InvalidArgument
@@ -36,7 +38,6 @@ from accel_base.proto import model_config_pb2 as mc
 from backends import backend_class
 from backends.base import Device
 from backends.parameters import string_parameter
-from gateway.scheduling.process_instance import WorkerSettings
 from workers.client import LoadedModel, WorkerProcess
 from workers.environment import worker_environment
 
@@ -46,6 +47,20 @@ EXECUTION_MODES = ("process", "thread")
 THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime", "remote"})
 # A user's own code: its crash, exit or leak must end only its own process.
 PROCESS_ONLY = frozenset({"python"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    run_timeout_s: float = 120.0  # a batch that takes longer is a hung worker
+    max_restarts: int = 5  # crashes in a row (no successful batch between) before giving up
+    load_timeout_s: float = 600.0  # compiling backends (TVM, torch.compile) load slowly
+    first_backoff_s: float = 0.1
+    # Under half of a common 10 s client timeout: a restart that takes longer is answered
+    # with a 503 and Retry-After that the client has time to act on.
+    restart_wait_s: float = 5.0
+    nice: int = 0  # steps below the gateway's priority (--backend-nice; accel_base/cpu.py)
+    spares: Any = None  # scheduling.spares.SpareWorkers, on demand
+    model_calls: str | None = None  # the socket a Python model calls other models on
 
 
 def _parameter(config: mc.ModelConfig, key: str) -> str | None:

@@ -20,13 +20,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from accel_base import errors
 from accel_base.batch import Allocator
+from gateway.scheduling.execution import WorkerSettings
 from gateway.scheduling.instances import inline_limit_ns, moving_average
 from gateway.scheduling.restarts import restarting_error, seconds_left
 from workers.client import LoadedModel, Reply, WorkerError, WorkerGone, WorkerProcess
@@ -34,20 +33,6 @@ from workers.client import LoadedModel, Reply, WorkerError, WorkerGone, WorkerPr
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSettings:
-    run_timeout_s: float = 120.0  # a batch that takes longer is a hung worker
-    max_restarts: int = 5  # crashes in a row (no successful batch between) before giving up
-    load_timeout_s: float = 600.0  # compiling backends (TVM, torch.compile) load slowly
-    first_backoff_s: float = 0.1
-    # Under half of a common 10 s client timeout: a restart that takes longer is answered
-    # with a 503 and Retry-After that the client has time to act on.
-    restart_wait_s: float = 5.0
-    nice: int = 0  # steps below the gateway's priority (--backend-nice; accel_base/cpu.py)
-    spares: Any = None  # scheduling.spares.SpareWorkers, on demand
-    model_calls: str | None = None  # the socket a Python model calls other models on
 
 
 def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:
