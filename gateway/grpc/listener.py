@@ -31,7 +31,7 @@ class GatewayGrpc:
             max_connections=limits.max_connections,
             read_timeout_s=limits.read_timeout_s,
         )
-        self.health, _ = add_services(self.server, core, limits.max_connections, raw_infer=True)
+        self.health, _ = add_services(self.server, core, limits.max_connections, refused_early=True)
         self._socket = sock
         self._tls = options.tls
         self._stopping: asyncio.Task | None = None

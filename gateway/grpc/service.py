@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
@@ -29,8 +28,9 @@ from gateway.tracing.tracer import traced
 log = logging.getLogger(__name__)
 # A model failing every call is one line every 10 s per method and model, not one a call.
 _backend_failed = Occasional(log, logging.ERROR, 10.0)
-_PUSHBACK = (("grpc-retry-pushback-ms", str(RETRY_AFTER_S * 1000)),)
-_MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+# A refused call's trailers: when grpc's clients may retry (gRFC A6).
+PUSHBACK = (("grpc-retry-pushback-ms", str(RETRY_AFTER_S * 1000)),)
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -211,24 +211,6 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             return encode_response(await self.core.infer(infer_request))
         return (await traced(trace, self.core.infer(infer_request), encode_response))[1]
 
-    async def model_infer_bytes(self, message: bytes, context):
-        """ModelInfer from the request's bytes, for the gateway's HTTP/2 server: a call
-        the shedder refuses ends with UNAVAILABLE and retry pushback before its message is
-        parsed, without an exception's cost (that server reads a status set on the
-        context; grpc.aio keeps the parsed ModelInfer)."""
-        if self.core.shedder.refuse():
-            context.set_code(grpc.StatusCode.UNAVAILABLE)
-            context.set_details(REFUSAL)
-            context.set_trailing_metadata(_PUSHBACK)
-            return None
-        try:
-            request = pb.ModelInferRequest.FromString(message)
-        except DecodeError as exc:
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"the request message did not parse: {exc}"
-            )
-        return await self._admitted_infer(request, context)
-
     async def ModelStreamInfer(
         self, request_iterator, context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -303,26 +285,29 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def add_services(
-    server: grpc.aio.Server, core: InferenceCore, max_calls: int, raw_infer: bool = False
+    server: grpc.aio.Server, core: InferenceCore, max_calls: int, refused_early: bool = False
 ) -> tuple[HealthServicer, dict[str, grpc.RpcMethodHandler]]:
     """Register the V2 service (at most `max_calls` of its calls at once) and
     grpc.health.v1 on `server`. Returns the health servicer and the handlers of the calls
-    that come many at a time (for gateway/grpc/acceptors.py). `raw_infer`: ModelInfer
-    takes the message's bytes, so that a refusal comes before parsing (the gateway's
-    own HTTP/2 server, which passes bytes to a handler that names no parser)."""
+    that come many at a time (for gateway/grpc/acceptors.py). `refused_early`: the
+    server refuses ModelInfer for the shedder before a call exists (the gateway's own
+    HTTP/2 server, refuse_early below), so the handler does not ask it again."""
     service = InferenceService(core, max_calls)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
-    if raw_infer:
+    if refused_early:
         handler = grpc.unary_unary_rpc_method_handler(
-            service.model_infer_bytes,
+            service._admitted_infer,
+            request_deserializer=pb.ModelInferRequest.FromString,
             response_serializer=pb.ModelInferResponse.SerializeToString,
         )
-        service_name, method = _MODEL_INFER[1:].split("/")
+        service_name, method = MODEL_INFER[1:].split("/")
         server.add_registered_method_handlers(service_name, {method: handler})
+        unavailable = grpc.StatusCode.UNAVAILABLE.value[0]
+        server.refuse_early(MODEL_INFER, core.shedder.refuse, unavailable, REFUSAL, PUSHBACK)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     hot = {
-        _MODEL_INFER: grpc.unary_unary_rpc_method_handler(
+        MODEL_INFER: grpc.unary_unary_rpc_method_handler(
             service.ModelInfer,
             request_deserializer=pb.ModelInferRequest.FromString,
             response_serializer=pb.ModelInferResponse.SerializeToString,

@@ -17,21 +17,15 @@ from typing import Any
 
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.call_table import CallTable
-from gateway.grpc.h2.calls import UNIMPLEMENTED, CallError, Context, Messages
 from gateway.grpc.h2.coalesce import CoalescingTransport
 from gateway.grpc.h2.control import ControlFrames
 from gateway.grpc.h2.guard import FloodGuard
 from gateway.grpc.h2.headers import (
-    MAX_HEADER_BLOCK,
     MAX_HEADER_LIST,
-    BadCall,
     HeaderDecoder,
-    MalformedHeaders,
-    call_headers,
-    error_response,
 )
 from gateway.grpc.h2.inbound import Inbound
-from gateway.grpc.h2.running import send_message
+from gateway.grpc.h2.opening import CallOpening
 from gateway.grpc.h2.stream import Stream
 from gateway.grpc.h2.writer import Writer
 
@@ -42,7 +36,7 @@ _GATHER_PAST = 1 << 16  # a frame still missing more than this is gathered in pi
 LINGER_S = 1.0  # after GOAWAY, calls the client had already sent are refused, not lost
 
 
-class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
+class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protocol):
     def __init__(self, server: Any) -> None:
         """`server`: the H2Server (its methods, limits and set of connections)."""
         self.server = server
@@ -244,96 +238,3 @@ class Connection(ControlFrames, Inbound, CallTable, asyncio.Protocol):
             self._continuation(flags, stream_id, payload)
         else:
             self._control(kind, flags, stream_id, payload)
-
-    def _header_bytes(self, size: int) -> None:
-        self.guard.spend("header_bytes", self._now(), size)
-
-    def _check_block(self, size: int) -> None:
-        if size > MAX_HEADER_BLOCK:
-            raise f.H2Error(f.ENHANCE_YOUR_CALM, f"a header block past {MAX_HEADER_BLOCK} bytes")
-
-    def _continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if self._continued is None or self._continued[0] != stream_id:
-            raise f.H2Error(f.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
-        _, first_flags, block, count = self._continued
-        if count >= self.guard.limits.continuations:
-            limit = self.guard.limits.continuations
-            raise f.H2Error(f.ENHANCE_YOUR_CALM, f"a header block in more than {limit} frames")
-        if not payload and not flags & f.END_HEADERS:
-            self.guard.spend("empty", self._now())
-        block += payload
-        self._check_block(len(block))
-        if flags & f.END_HEADERS:
-            self._continued = None
-            self._headers(stream_id, first_flags, bytes(block))
-        else:
-            self._continued = (stream_id, first_flags, block, count + 1)
-
-    # ---- calls -----------------------------------------------------------------------
-
-    def _headers(self, stream_id: int, flags: int, block: bytes) -> None:
-        # Always decoded, whatever follows: HPACK's table must stay in step.
-        try:
-            headers = self.decoder.decode(block)
-        except MalformedHeaders as exc:
-            if stream_id in self.streams:
-                self.fail_stream(self.streams[stream_id], f.PROTOCOL_ERROR)
-            elif stream_id > self.last_stream and stream_id % 2:
-                self.last_stream = stream_id
-                self.reset(stream_id, f.PROTOCOL_ERROR)
-                self.count_reset()
-            log.debug("gRPC call from %s with malformed headers: %s", self.peer, exc)
-            return
-        stream = self.streams.get(stream_id)
-        if stream is not None:  # trailers from the client end its messages
-            if not flags & f.END_STREAM:
-                self.fail_stream(stream, f.PROTOCOL_ERROR)  # a second header block
-            else:
-                self._data(f.END_STREAM, stream_id, b"")
-            return
-        if stream_id % 2 == 0:
-            raise f.H2Error(f.PROTOCOL_ERROR, f"a client stream with an even id, {stream_id}")
-        if stream_id <= self.last_stream:
-            if stream_id in self.resets:
-                return  # trailers of a call we reset: ignored
-            raise f.H2Error(
-                f.PROTOCOL_ERROR,
-                f"stream {stream_id} is not above the last one opened ({self.last_stream})",
-            )
-        self.last_stream = stream_id
-        if self.closing or len(self.streams) >= self.server.max_streams:
-            self.reset(stream_id, f.REFUSED_STREAM)
-            self.count_reset()
-            return
-        try:
-            call = call_headers(headers)
-            handler = self.server.methods.get(call.path)
-            if handler is None:
-                raise BadCall(UNIMPLEMENTED, f"Method not found: {call.path}")
-            single = not handler.request_streaming
-            messages = Messages(call.encoding, self.server.max_message_bytes, single)
-        except (BadCall, CallError) as exc:
-            block = error_response(getattr(exc, "http_status", 200), exc.status, str(exc))
-            self.transport.write(f.header_frames(stream_id, block, True, self.writer.max_frame))
-            if not flags & f.END_STREAM:
-                self.reset(stream_id, f.NO_ERROR)
-            return
-        context = Context(call, None, self.peer)
-        stream = Stream(stream_id, handler, context, messages, self.writer.initial_window)
-        stream.window = self.server.receive_window
-        if handler.response_streaming:
-            context.write = lambda message, s=stream: send_message(self, s, message)
-        self.streams[stream_id] = stream
-        self.idle_since = None
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-        loop = asyncio.get_running_loop()
-        if call.timeout_s is not None:
-            stream.timer = loop.call_later(call.timeout_s, self._expire, stream)
-        if flags & f.END_STREAM:
-            stream.remote_closed = True
-        elif not handler.request_streaming:
-            stream.arrival = loop.call_later(self.server.read_timeout_s, self._too_slow, stream)
-        if handler.request_streaming or stream.remote_closed:
-            self._start(stream)

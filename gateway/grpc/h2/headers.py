@@ -226,8 +226,9 @@ def trailers(status: int, message: str, metadata: tuple = ()) -> bytes:
     return block
 
 
-def error_response(http_status: int, status: int, message: str) -> bytes:
+def error_response(http_status: int, status: int, message: str, metadata: tuple = ()) -> bytes:
     """A trailers-only answer: the whole response in one header block."""
     code = str(http_status).encode()
     head = _STATUS_200 if http_status == 200 else _literal(b":status", code)
-    return head + _literal(b"content-type", b"application/grpc") + trailers(status, message)
+    block = trailers(status, message, metadata)
+    return head + _literal(b"content-type", b"application/grpc") + block

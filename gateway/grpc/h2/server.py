@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.connection import Connection
 from gateway.grpc.h2.guard import FloodLimits
+from gateway.grpc.h2.headers import error_response
 
 _WINDOW_SLACK = 16 * 1024  # the 5-byte message prefix, and padding, over the message limit
 
@@ -49,6 +51,9 @@ class H2Server:
             max(max_message_bytes + _WINDOW_SLACK, f.DEFAULT_WINDOW), f.MAX_WINDOW
         )
         self.read_timeout_s = read_timeout_s
+        # Methods refused before a call exists while `refuse()` says so: the path's bytes
+        # -> (refuse, the trailers-only answer's header block).
+        self.refusals: dict[bytes, tuple[Callable[[], bool], bytes]] = {}
         self.flood_limits = flood_limits or FloodLimits()
         self.max_streams = max_streams
         self.idle_s = idle_s
@@ -87,6 +92,20 @@ class H2Server:
             min(idle, key=lambda c: c.idle_since).evict()
         self.connections.add(connection)
         return True
+
+    def refuse_early(
+        self,
+        path: str,
+        refuse: Callable[[], bool],
+        status: int,
+        message: str,
+        metadata: tuple = (),
+    ) -> None:
+        """Calls of `path` that arrive while `refuse()` is true get a prepared answer of
+        `status` as soon as their headers are read: no stream, context or task, and their
+        message is not read (an overloaded server must say no for less than it costs to
+        serve). A call refused so is not the client's reset: no flood budget counts it."""
+        self.refusals[path.encode()] = (refuse, error_response(200, status, message, metadata))
 
     def stop_accepting(self) -> None:
         for server in self._servers:
