@@ -82,14 +82,15 @@ def _hpack_bomb(path: str, window: int) -> bytes:
 
 
 def _distinct_header_blocks(path: str, window: int) -> bytes:
-    """Streams each with a 12 KB block of values never seen before (no indexing)."""
+    """Streams each with a 12 KB block of values never seen before (no indexing),
+    Huffman-coded: the dearest bytes to decode."""
     encoder = hpack.Encoder()
     head = call_headers(encoder, path)  # indexed from the second stream on
     out = []
     for k, stream in enumerate(range(1, 2 * 400, 2)):
         values = [(f"x-junk-{i}", f"{k:08d}{i:04d}" * 100) for i in range(10)]
         junk = [hpack.NeverIndexedHeaderTuple(n, v) for n, v in values]
-        block = (call_headers(encoder, path) if k else head) + encoder.encode(junk, huffman=False)
+        block = (call_headers(encoder, path) if k else head) + encoder.encode(junk, huffman=True)
         out.append(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream, block))
     return b"".join(out)
 
@@ -111,14 +112,18 @@ def unfinished_messages(path: str, window: int, past: int = 0) -> bytes:
     return b"".join(out)
 
 
-def _past_the_window(path: str, window: int) -> bytes:
-    return unfinished_messages(path, window, past=1 << 20)
-
-
 def _empty_data(path: str, window: int) -> bytes:
     encoder = hpack.Encoder()
     return f.frame(f.HEADERS, f.END_HEADERS, 1, call_headers(encoder, path)) + (
         f.frame(f.DATA, 0, 1, b"") * 20_000
+    )
+
+
+def _padded_empty_data(path: str, window: int) -> bytes:
+    """DATA frames whose one byte says "no padding": nothing, dressed as something."""
+    encoder = hpack.Encoder()
+    return f.frame(f.HEADERS, f.END_HEADERS, 1, call_headers(encoder, path)) + (
+        f.frame(f.DATA, f.PADDED, 1, b"\x00") * 20_000
     )
 
 
@@ -136,8 +141,8 @@ ATTACKS = [
     Attack("rapid reset", _rapid_reset, f.ENHANCE_YOUR_CALM),
     Attack("hpack bomb", _hpack_bomb, f.ENHANCE_YOUR_CALM),
     Attack("distinct 12 KB header blocks", _distinct_header_blocks, f.ENHANCE_YOUR_CALM),
-    Attack("messages past the window", _past_the_window, f.FLOW_CONTROL_ERROR),
     Attack("empty DATA flood", _empty_data, f.ENHANCE_YOUR_CALM),
+    Attack("padded empty DATA flood", _padded_empty_data, f.ENHANCE_YOUR_CALM),
     Attack("priority flood", _priority_flood, f.ENHANCE_YOUR_CALM),
 ]
 

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 class CallTable:
     """Connection's part that owns its calls; the connection gives `streams`,
-    `transport`, `writer`, `reset`, `consumed` and `_became_idle`."""
+    `transport`, `writer`, `held`, `reset` and `_became_idle`."""
 
     def cancel_calls(self, message: str) -> None:
         """End every call in flight with CANCELLED (the server is stopping)."""
@@ -90,9 +90,8 @@ class CallTable:
         if stream.arrival is not None:
             stream.arrival.cancel()
         stream.messages.clear()
-        if stream.held:
-            self.consumed(stream.held)
-            stream.held = 0
+        self.held -= stream.held
+        stream.held = 0
         stream.wake()
         stream.release()
         self.writer.forget(stream)

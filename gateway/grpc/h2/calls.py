@@ -95,9 +95,10 @@ class Messages:
         self.max_bytes = max_bytes
         self.single = single
         self._buffer = bytearray()
-        # Whole messages not yet taken, each with its size on the wire (prefix included):
-        # what a streaming call credits back to the client once the handler takes it.
-        self.ready: deque[tuple[bytes, int]] = deque()
+        # Whole messages not yet taken, each with its size on the wire (prefix included:
+        # what a streaming call credits back to the client once the handler takes it)
+        # and its compressed flag.
+        self.ready: deque[tuple[bytes, int, int]] = deque()
         self.ready_bytes = 0  # their wire sizes, summed
 
     def feed(self, data: bytes) -> None:
@@ -105,8 +106,7 @@ class Messages:
         if not buffer and len(data) >= 5 and not (self.single and self.ready):
             size = int.from_bytes(data[1:5], "big")
             if len(data) == 5 + size and size <= self.max_bytes:  # one whole message
-                message = data[5:]
-                self.ready.append((self._decompress(message) if data[0] else message, 5 + size))
+                self.ready.append((data[5:], 5 + size, data[0]))
                 self.ready_bytes += 5 + size
                 return
         buffer += data
@@ -125,13 +125,16 @@ class Messages:
             with memoryview(buffer) as view:  # one copy, not a slice and then bytes of it
                 message = bytes(view[5 : 5 + size])
             del buffer[: 5 + size]
-            self.ready.append((self._decompress(message) if compressed else message, 5 + size))
+            self.ready.append((message, 5 + size, compressed))
             self.ready_bytes += 5 + size
 
     def take(self) -> bytes:
-        message, wire_size = self.ready.popleft()
+        """The next whole message, decompressed now (not as it came: a connection's
+        bound counts what came on the wire, and a small message can inflate to the
+        limit)."""
+        message, wire_size, compressed = self.ready.popleft()
         self.ready_bytes -= wire_size
-        return message
+        return self._decompress(message) if compressed else message
 
     @property
     def buffered(self) -> int:

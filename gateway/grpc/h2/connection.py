@@ -3,10 +3,8 @@
 
 A unary call whose answer fits the client's windows goes out in one write (headers,
 message, trailers), which is most calls; the rest wait in their stream's outbox for
-WINDOW_UPDATE (writer.py). What a client sends is bounded by the windows we advertise:
-each stream's and the connection's are sized to the largest request message, and the
-connection's credit comes back only as calls take their messages, so the bytes one
-connection holds in messages not yet taken never pass one request's limit.
+WINDOW_UPDATE (writer.py). What a client sends, and what a connection may hold of it,
+is inbound.py's; its header blocks are opening.py's, its other frames control.py's.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         self.server = server
         self.transport: CoalescingTransport | None = None
         self.writer: Writer | None = None
-        self.decoder = HeaderDecoder(self._header_bytes)
+        self.decoder = HeaderDecoder(self._header_time)
         self.streams: dict[int, Stream] = {}
         self.last_stream = 0
         self.closing = False  # GOAWAY sent: no new calls
@@ -50,6 +48,8 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         self.idle_since: float | None = None  # when its last call ended (None: calls open)
         self.resets: dict[int, None] = {}
         self.settings_acked = False
+        self.data_frames_seen = 0
+        self._stalled: asyncio.TimerHandle | None = None  # our answers left unread
         self._buffer = b""  # the start of a frame not yet whole
         # A large frame arriving in many reads: its pieces, joined once it is whole (a
         # buffer grown by each read copied a 1 MiB frame some ten times over).
@@ -60,7 +60,8 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         # A header block still coming: stream, first frame's flags, block, frames so far.
         self._continued: tuple[int, int, bytearray, int] | None = None
         self._window = server.receive_window  # bytes the client may still send
-        self._unacked = 0  # ... taken by calls (or dropped) and not yet credited back
+        self._unacked = 0  # ... received and not yet credited back
+        self.held = 0  # bytes of request messages its calls have not taken
         self._idle: asyncio.TimerHandle | None = None
         self._broken = False
 
@@ -88,14 +89,17 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
             f.MAX_FRAME_SIZE: MAX_FRAME,
             f.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
         }
-        increment = window - f.DEFAULT_WINDOW
-        self.transport.write(f.settings(settings) + f.window_update(0, increment))
+        increment = window - f.DEFAULT_WINDOW  # a WINDOW_UPDATE of 0 is an error
+        credit = f.window_update(0, increment) if increment > 0 else b""
+        self.transport.write(f.settings(settings) + credit)
         self._became_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         if self._idle is not None:
             self._idle.cancel()
+        if self._stalled is not None:
+            self._stalled.cancel()
         self._drop_calls()
         self.writer.lost()
 
@@ -111,13 +115,26 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
 
     def pause_writing(self) -> None:
         # A client that does not read gets nothing more read from it either: its pings,
-        # settings and calls would otherwise pile answers up in the write buffer.
+        # settings and calls would otherwise pile answers up in the write buffer. One
+        # that leaves them unread for the read timeout loses its connection: it would
+        # hold its calls, and its place among the connections, for good.
         self.writer.pause()
         self.transport.pause_reading()
+        timeout = self.server.read_timeout_s
+        self._stalled = asyncio.get_running_loop().call_later(timeout, self._abort)
 
     def resume_writing(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         self.writer.resume()
         self.transport.resume_reading()
+
+    def _abort(self) -> None:
+        log.debug("gRPC connection from %s left our answers unread: closed", self.peer)
+        self._broken = self.closing = True
+        self._drop_calls()
+        self.transport.abort()
 
     def go_away(self, code: int = f.NO_ERROR, message: str = "") -> None:
         """No new calls; calls in flight finish, then the connection closes."""
@@ -137,7 +154,11 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
     def _linger(self) -> None:
         """Close after a moment: calls the client sent before it read GOAWAY get
         REFUSED_STREAM meanwhile (which its library retries), not a closed socket."""
-        asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+        loop = asyncio.get_running_loop()
+        loop.call_later(LINGER_S, self.transport.close)
+        # close() waits for what is written to leave; a client that does not read
+        # would keep the socket open for ever.
+        loop.call_later(2 * LINGER_S, self.transport.abort)
 
     def _became_idle(self) -> None:
         if self.closing:
@@ -226,6 +247,8 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
                 raise f.H2Error(f.PROTOCOL_ERROR, "HEADERS on stream 0")
             block = f.strip_padding(payload, flags)
             if flags & f.PRIORITY_FLAG:
+                if len(block) < 5:
+                    raise f.H2Error(f.FRAME_SIZE_ERROR, "HEADERS too short for its priority")
                 block = block[5:]
             self._check_block(len(block))
             if flags & f.END_HEADERS:

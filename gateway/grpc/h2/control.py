@@ -5,20 +5,24 @@ its budget (guard.py) and to RFC 9113's rules on which stream it may name."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.guard import FloodGuard
 
 RESETS_REMEMBERED = 1024  # streams we reset whose client's late frames are ignored
+DEADLINE_SLACK_S = 0.05  # a reset this close to the call's deadline is the client's timer
 
 
 class ControlFrames:
     """Connection's part for control frames; the connection gives `transport`, `writer`,
-    `streams`, `last_stream`, `resets`, `settings_acked`, `forget`, `go_away` and `guard`."""
+    `streams`, `last_stream`, `resets`, `settings_acked`, `data_frames_seen`, `forget`,
+    `go_away` and `guard`."""
 
     guard: FloodGuard
     resets: dict[int, None]  # insertion-ordered: the oldest is dropped first
     settings_acked: bool
+    data_frames_seen: int  # the writer's DATA frames already counted for WINDOW_UPDATEs
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -53,7 +57,9 @@ class ControlFrames:
             self._check_not_idle(stream_id, "RST_STREAM")
             stream = self.streams.get(stream_id)
             if stream is not None:  # the client gave up on the call
-                self.count_reset()
+                deadline = stream.context.deadline
+                if deadline is None or time.monotonic() < deadline - DEADLINE_SLACK_S:
+                    self.count_reset()  # a call reset at its deadline is no flood
                 self.forget(stream)
                 if stream.task is not None:
                     stream.task.cancel()
@@ -66,12 +72,9 @@ class ControlFrames:
         elif kind == f.PRIORITY:
             if stream_id == 0:
                 raise f.H2Error(f.PROTOCOL_ERROR, "PRIORITY on stream 0")
-            if len(payload) != 5:
-                stream = self.streams.get(stream_id)
-                if stream is not None:
-                    self.fail_stream(stream, f.FRAME_SIZE_ERROR)
-                else:
-                    self.reset(stream_id, f.FRAME_SIZE_ERROR)
+            stream = self.streams.get(stream_id)
+            if len(payload) != 5 and stream is not None:  # (no RST_STREAM for idle ones)
+                self.fail_stream(stream, f.FRAME_SIZE_ERROR)
             self.guard.spend("idle", self._now())  # advice we do not take
         else:  # a type we do not know: ignored, as the protocol says, within a budget
             self.guard.spend("idle", self._now())
@@ -84,6 +87,10 @@ class ControlFrames:
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
         increment = f.parse_u32(payload, "WINDOW_UPDATE")
+        sent = self.writer.data_frames - self.data_frames_seen
+        if sent:  # each DATA frame we sent earns the client 10 WINDOW_UPDATEs
+            self.guard.refund("window_updates", 10 * sent)
+            self.data_frames_seen += sent
         self.guard.spend("window_updates", self._now())
         if stream_id == 0:
             self.writer.credit(0, increment, None)

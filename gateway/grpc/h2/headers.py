@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,10 +22,14 @@ import hpack
 
 from gateway.grpc.h2.frames import COMPRESSION_ERROR, ENHANCE_YOUR_CALM, H2Error
 
-# Bytes of decoded headers a call may carry: twice grpc's own servers' default (8 KiB),
-# and a Huffman-coded block this size decodes in about 3 ms of pure-Python HPACK.
+# Bytes of decoded headers a call may carry (as RFC 7541 counts them): twice grpc's own
+# servers' default; past it the call ends with RESOURCE_EXHAUSTED.
 MAX_HEADER_LIST = 16 * 1024
-MAX_HEADER_BLOCK = MAX_HEADER_LIST + 1024  # ... and of its encoded block
+# ... and what any block may decode to, or be: past it the connection ends (HPACK's table
+# cannot be kept in step with a block given up half-way).
+MAX_DECODED_LIST = 64 * 1024
+MAX_HEADER_BLOCK = MAX_DECODED_LIST + 1024
+_RESOURCE_EXHAUSTED = 8
 _PSEUDO = frozenset((b":method", b":scheme", b":path", b":authority"))
 # Headers of HTTP/1.1 connections, which HTTP/2 forbids (RFC 9113 section 8.2.2).
 _CONNECTION_HEADERS = frozenset(
@@ -34,6 +39,16 @@ _CONNECTION_HEADERS = frozenset(
 
 class MalformedHeaders(Exception):
     """A header list HTTP/2 calls malformed: the stream is reset (PROTOCOL_ERROR)."""
+
+
+class BadCall(Exception):
+    """Headers that do not make a gRPC call; the call ends with `status` (a gRPC status
+    code's number) and the message."""
+
+    def __init__(self, status: int, message: str, http_status: int = 200) -> None:
+        super().__init__(message)
+        self.status = status
+        self.http_status = http_status
 
 
 _CACHED_BLOCKS = 256
@@ -60,10 +75,13 @@ class _CountingTable(hpack.table.HeaderTable):
 class HeaderDecoder:
     """One connection's HPACK decoder, with decoded blocks kept by (table state, bytes)."""
 
-    def __init__(self, spend: Callable[[int], None] = lambda size: None) -> None:
-        """`spend(size)`: counts a block about to be decoded (raises to refuse it)."""
+    def __init__(self, spend: Callable[[float], None] = lambda seconds: None) -> None:
+        """`spend(seconds)`: counts the time a block took to decode (raises to refuse
+        the connection more): what a block costs is not its size, as a Huffman-coded
+        byte takes some 30 times a literal one, and a byte naming a table entry can
+        decode to 4 KB."""
         self._spend = spend
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._decoder = hpack.Decoder(max_header_list_size=MAX_DECODED_LIST)
         self._table = _CountingTable()
         self._decoder.header_table = self._table
         self._blocks: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
@@ -73,7 +91,6 @@ class HeaderDecoder:
         found = self._blocks.get(key)
         if found is not None:
             return found
-        self._spend(len(block))
         # A block that opens with a table size update (001xxxxx) resizes or clears the
         # table, which `add` and `_shrink` do not always see: it counts as a change, and
         # is never kept (the update must not be skipped next time).
@@ -81,14 +98,21 @@ class HeaderDecoder:
         if resizes:
             self._table.changes += 1
         before = self._table.changes
+        # This thread's CPU time: a wait for the GIL (a model's thread) is not the block's.
+        started = time.thread_time()
         try:
             headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
         except hpack.OversizedHeaderListError:
-            message = f"a header list past {MAX_HEADER_LIST} bytes"
+            message = f"a header list past {MAX_DECODED_LIST} bytes"
             raise H2Error(ENHANCE_YOUR_CALM, message) from None
         except hpack.HPACKError as exc:
             raise H2Error(COMPRESSION_ERROR, f"a header block did not decode: {exc}") from None
-        _check_fields(headers)  # after decoding: the table has taken the block's changes
+        finally:
+            self._spend(time.thread_time() - started)
+        # Checked after decoding: the table has taken the block's changes.
+        if _check_fields(headers) > MAX_HEADER_LIST:
+            message = f"the call's headers are past {MAX_HEADER_LIST} bytes"
+            raise BadCall(_RESOURCE_EXHAUSTED, message)
         if self._table.changes == before and not resizes and len(block) <= _CACHED_BLOCK_BYTES:
             if len(self._blocks) >= _CACHED_BLOCKS:
                 self._blocks.clear()  # a client whose blocks all differ gains nothing
@@ -96,9 +120,11 @@ class HeaderDecoder:
         return headers
 
 
-def _check_fields(headers: list[tuple[bytes, bytes]]) -> None:
-    regular = False
+def _check_fields(headers: list[tuple[bytes, bytes]]) -> int:
+    """The list's size (RFC 7541 section 4.1); MalformedHeaders where it is malformed."""
+    regular, size = False, 0
     for name, value in headers:
+        size += len(name) + len(value) + 32
         if name.startswith(b":"):
             if regular or name not in _PSEUDO:
                 raise MalformedHeaders(f"pseudo-header {name!r} misplaced or unknown")
@@ -108,6 +134,7 @@ def _check_fields(headers: list[tuple[bytes, bytes]]) -> None:
                 raise MalformedHeaders(f"header name {name!r} is not lowercase")
             if name in _CONNECTION_HEADERS or (name == b"te" and value != b"trailers"):
                 raise MalformedHeaders(f"connection-specific header {name!r}")
+    return size
 
 
 @dataclass(slots=True)
@@ -118,16 +145,6 @@ class CallHeaders:
     timeout_s: float | None  # grpc-timeout
     encoding: str  # grpc-encoding of the request's messages ("identity" if none)
     metadata: tuple[tuple[str, str | bytes], ...]  # the rest, as grpc.aio gives it
-
-
-class BadCall(Exception):
-    """Headers that do not make a gRPC call; the call ends with `status` (a gRPC status
-    code's number) and the message."""
-
-    def __init__(self, status: int, message: str, http_status: int = 200) -> None:
-        super().__init__(message)
-        self.status = status
-        self.http_status = http_status
 
 
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}

@@ -2,24 +2,32 @@
 (RFC 9113 sections 5.2 and 6.9).
 
 Every stream's window and the connection's are sized to the largest request message
-(H2Server.receive_window). The connection's credit comes back only as calls take their
-messages (or as bytes are dropped): a client that opens many calls and never finishes
-their messages stops at one window's worth, not at streams x message limit. A unary
-call's stream gets no credit at all (its one message fits its window); a streaming
-call's, as its handler takes messages. A unary message must arrive within the server's
-read timeout of its headers.
+(H2Server.receive_window), so a large tensor crosses without waiting for credit. The
+connection's credit comes back as bytes arrive: withheld until calls took their
+messages, two calls whose unfinished messages filled the window between them could
+never finish (nor could a streaming call stuck on its own partial message). What a
+connection holds in request messages not yet taken is bounded instead: past four
+windows (H2Server.max_held), the call holding the most ends with RESOURCE_EXHAUSTED and
+its bytes go. A streaming call's own credit comes back as its handler takes messages,
+so its client runs at most half a window ahead of a slow handler. Messages are counted
+as they came on the wire, and decompressed only when taken. A unary message must arrive
+within the server's read timeout of its headers.
 """
 
 from __future__ import annotations
 
+import logging
+
 from gateway.grpc.h2 import frames as f
-from gateway.grpc.h2.calls import CANCELLED, CallError
+from gateway.grpc.h2.calls import CANCELLED, RESOURCE_EXHAUSTED, CallError
 from gateway.grpc.h2.stream import Stream
+
+log = logging.getLogger(__name__)
 
 
 class Inbound:
     """Connection's part for DATA; the connection gives `server`, `transport`, `streams`,
-    `last_stream`, `resets`, `guard`, `_window`, `_unacked`, `_broken`, `_start`,
+    `last_stream`, `resets`, `guard`, `held`, `_window`, `_unacked`, `_broken`, `_start`,
     `fail_call` and `fail_stream`."""
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
@@ -27,7 +35,9 @@ class Inbound:
         self._window -= size
         if self._window < 0:
             raise f.H2Error(f.FLOW_CONTROL_ERROR, "DATA past the connection's window")
-        if not size and not flags & f.END_STREAM:
+        self.consumed(size)
+        message = f.strip_padding(payload, flags)
+        if not message and not flags & f.END_STREAM:
             self.guard.spend("empty", self._now())
         stream = self.streams.get(stream_id)
         if stream is None:
@@ -35,39 +45,53 @@ class Inbound:
                 raise f.H2Error(f.PROTOCOL_ERROR, "DATA on a stream never opened")
             if stream_id not in self.resets:
                 raise f.H2Error(f.STREAM_CLOSED, f"DATA on stream {stream_id} after its end")
-            self.consumed(size)  # late data of a call we reset: dropped
-            return
+            return  # late data of a call we reset: dropped
         stream.window -= size
         if stream.remote_closed or stream.window < 0:
-            self.consumed(size)
             code = f.STREAM_CLOSED if stream.remote_closed else f.FLOW_CONTROL_ERROR
             self.fail_stream(stream, code)
             return
-        message = f.strip_padding(payload, flags)
-        padding = size - len(message)
-        stream.held += len(message)
-        if padding:  # bytes no call holds: credited back at once
-            self.consumed(padding)
-            stream.window += padding
+        stream.unacked += size - len(message)  # padding: credited with the stream's next
         try:
             stream.messages.feed(message)
         except CallError as exc:
             self.fail_call(stream, exc)
             return
+        stream.held += len(message)
+        self.held += len(message)
+        if self.held > self.server.max_held:
+            self._shed_largest()
+            if stream_id not in self.streams:
+                return
         if flags & f.END_STREAM:
             stream.remote_closed = True
             if stream.arrival is not None:
                 stream.arrival.cancel()
                 stream.arrival = None
         if stream.handler.request_streaming:
+            self.credit(stream)  # taken bytes owed while a message waits for more
             stream.wake()
         elif stream.remote_closed:
             self._start(stream)
 
+    def _shed_largest(self) -> None:
+        """Past what one connection may hold: the calls holding the most end, until
+        it holds no more than that."""
+        limit = self.server.max_held
+        while self.held > limit and self.streams:
+            largest = max(self.streams.values(), key=lambda s: s.held)
+            log.debug("gRPC connection from %s holds %d bytes of messages: stream %d ends",
+                      self.peer, self.held, largest.id)  # fmt: skip
+            message = (
+                f"this connection holds more than {limit} bytes of request messages not yet "
+                "taken (4 x --max-request-bytes); send fewer large messages at once"
+            )
+            self.fail_call(largest, CallError(RESOURCE_EXHAUSTED, message))
+
     # ---- flow control of what the client sends --------------------------------------
 
     def consumed(self, size: int) -> None:
-        """`size` bytes the client sent are no longer held: it may send as many again.
+        """`size` bytes the client sent have arrived: it may send as many again.
         Credited in quarters of the window, so that small calls cost no extra frame."""
         self._unacked += size
         if self._unacked >= self.server.receive_window // 4 and not self._broken:
@@ -76,22 +100,25 @@ class Inbound:
             self._unacked = 0
 
     def taken(self, stream: Stream) -> None:
-        """A call took messages (or ended): the connection's credit for the bytes no
-        longer buffered, and a streaming call's own credit, as in `credit`."""
+        """A call took messages: the bytes it no longer holds, and a streaming call's
+        own credit, as in `credit`."""
         freed = stream.held - stream.messages.buffered
         if freed > 0:
             stream.held -= freed
+            self.held -= freed
             stream.unacked += freed
-            self.consumed(freed)
         if stream.handler.request_streaming:
             self.credit(stream)
 
     def credit(self, stream: Stream) -> None:
-        """Let a streaming call's client send as many bytes again as its handler took,
-        in quarters of the window; not while half a window of whole messages waits for
-        its handler: a client cannot run further ahead of a slow handler than that."""
+        """Let a streaming call's client send as many bytes again as its handler took:
+        in quarters of the window, or at once while part of a message waits for more
+        (which could otherwise never come); not while half a window of whole messages
+        waits for its handler."""
         window = self.server.receive_window
-        if stream.unacked < window // 4 or stream.remote_closed:
+        if stream.remote_closed or not stream.unacked:
+            return
+        if stream.unacked < window // 4 and not stream.messages.partial:
             return
         if stream.messages.ready_bytes >= window // 2:
             return

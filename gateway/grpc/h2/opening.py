@@ -42,8 +42,8 @@ class CallOpening:
                 return True
         return False
 
-    def _header_bytes(self, size: int) -> None:
-        self.guard.spend("header_bytes", self._now(), size)
+    def _header_time(self, seconds: float) -> None:
+        self.guard.spend("header_decoding_ms", self._now(), seconds * 1000.0)
 
     def _check_block(self, size: int) -> None:
         if size > MAX_HEADER_BLOCK:
@@ -68,6 +68,7 @@ class CallOpening:
 
     def _headers(self, stream_id: int, flags: int, block: bytes) -> None:
         # Always decoded, whatever follows: HPACK's table must stay in step.
+        too_large: BadCall | None = None
         try:
             headers = self.decoder.decode(block)
         except MalformedHeaders as exc:
@@ -77,11 +78,18 @@ class CallOpening:
                 self.last_stream = stream_id
                 self.reset(stream_id, f.PROTOCOL_ERROR)
                 self.count_reset()
+            elif stream_id not in self.resets:
+                message = f"malformed headers on stream {stream_id}: {exc}"
+                raise f.H2Error(f.PROTOCOL_ERROR, message) from None
             log.debug("gRPC call from %s with malformed headers: %s", self.peer, exc)
             return
+        except BadCall as exc:  # decoded, but too large for a call
+            headers, too_large = [], exc
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client end its messages
-            if not flags & f.END_STREAM:
+            if too_large is not None:
+                self.fail_call(stream, CallError(too_large.status, str(too_large)))
+            elif not flags & f.END_STREAM:
                 self.fail_stream(stream, f.PROTOCOL_ERROR)  # a second header block
             else:
                 self._data(f.END_STREAM, stream_id, b"")
@@ -103,6 +111,8 @@ class CallOpening:
         if self.server.refusals and self._refused(stream_id, flags, headers):
             return
         try:
+            if too_large is not None:
+                raise too_large
             call = call_headers(headers)
             handler = self.server.methods.get(call.path)
             if handler is None:

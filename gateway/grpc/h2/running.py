@@ -73,9 +73,9 @@ async def _requests(connection: Any, stream: Stream) -> AsyncIterator[Any]:
     messages, loop = stream.messages, asyncio.get_running_loop()
     while stream.id in connection.streams:
         while messages.ready:
-            message = messages.take()
-            connection.taken(stream)  # the client may send more once these are taken
             try:
+                message = messages.take()
+                connection.taken(stream)  # the client may send more once these are taken
                 request = decode(stream.handler, message)
             except CallError as exc:
                 connection.fail_call(stream, exc)

@@ -8,9 +8,10 @@ clients use: unary and streaming calls, deadlines (grpc-timeout), cancellation,
 metadata, gzip/deflate request messages, flow control, TLS (ALPN h2), graceful GOAWAY.
 
 What one client may hold or cost is bounded: its connections (at the limit, the one idle
-longest makes room for a new client), its streams, the bytes of its unfinished messages
-(flow control, inbound.py), how long a unary message may take to arrive, and the
-control frames and header bytes it may send in a second (guard.py).
+longest makes room for a new client), its streams, the bytes of request messages a
+connection holds (inbound.py), how long a unary message may take to arrive, how long a
+client may leave our answers unread, and the control frames and header decoding it may
+cause in a second (guard.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from gateway.grpc.h2.headers import error_response
 _WINDOW_SLACK = 16 * 1024  # the 5-byte message prefix, and padding, over the message limit
 
 
+def receive_window(max_message_bytes: int) -> int:
+    """Each stream's and each connection's receive window: a whole message fits, so a
+    large tensor crosses without waiting for credit."""
+    return min(max(max_message_bytes + _WINDOW_SLACK, f.DEFAULT_WINDOW), f.MAX_WINDOW)
+
+
 class H2Server:
     """The shape of grpc.aio's server the listeners use: handlers are added with
     grpc's generated `add_..._to_server(servicer, server)`."""
@@ -45,11 +52,11 @@ class H2Server:
         # Handlers by full method name ("/package.Service/Method").
         self.methods: dict[str, Any] = {}
         self.max_message_bytes = max_message_bytes
-        # Each stream's and each connection's receive window: a whole message fits,
-        # so a large tensor crosses without waiting for credit, and no more is held.
-        self.receive_window = min(
-            max(max_message_bytes + _WINDOW_SLACK, f.DEFAULT_WINDOW), f.MAX_WINDOW
-        )
+        self.receive_window = receive_window(max_message_bytes)
+        # Bytes of request messages one connection may hold before its largest call ends.
+        # Bytes of request messages one connection may hold before its largest call
+        # ends: room for several large tensors in flight at once on one channel.
+        self.max_held = 4 * self.receive_window
         self.read_timeout_s = read_timeout_s
         # Methods refused before a call exists while `refuse()` says so: the path's bytes
         # -> (refuse, the trailers-only answer's header block).

@@ -22,6 +22,7 @@ class Writer:
         self.initial_window = f.DEFAULT_WINDOW  # each new stream's
         self.max_frame = f.DEFAULT_MAX_FRAME
         self.blocked: dict[int, Stream] = {}  # streams with bytes held, oldest first
+        self.data_frames = 0  # DATA frames sent (what the client's WINDOW_UPDATEs answer)
         self.paused = False
         self._resumed: asyncio.Future | None = None
 
@@ -66,6 +67,7 @@ class Writer:
             self.window -= size
             stream.send_window -= size
             stream.headers_sent = True
+            self.data_frames += 1
             sid = stream.id
             self.transport.write(
                 f.frame(f.HEADERS, f.END_HEADERS, sid, RESPONSE_HEADERS)
@@ -158,6 +160,7 @@ class Writer:
             if stream.trailers is not None:
                 pieces.append(self._trailers(stream.id, stream.trailers))
         if pieces:
+            self.data_frames += len(pieces)
             self.transport.write(b"".join(pieces))
         if not outbox:
             stream.release()

@@ -21,6 +21,10 @@ async def _echo(request: bytes, context) -> bytes:
     return request
 
 
+async def _length(request: bytes, context) -> bytes:
+    return str(len(request)).encode()
+
+
 async def _sleepy(request: bytes, context) -> bytes:
     await asyncio.sleep(float(request.decode()))
     return b"woke"
@@ -60,6 +64,11 @@ async def _chat(requests, context):
         CHATS["left"] += 1
 
 
+async def _lengths(requests, context):
+    async for request in requests:
+        yield str(len(request)).encode()
+
+
 async def _count(request: bytes, context) -> None:
     for k in range(int(request.decode())):
         await context.write(str(k).encode())
@@ -67,12 +76,14 @@ async def _count(request: bytes, context) -> None:
 
 HANDLERS = {
     "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+    "Length": grpc.unary_unary_rpc_method_handler(_length),
     "Sleepy": grpc.unary_unary_rpc_method_handler(_sleepy),
     "Fail": grpc.unary_unary_rpc_method_handler(_fail),
     "Metadata": grpc.unary_unary_rpc_method_handler(_metadata),
     "Crash": grpc.unary_unary_rpc_method_handler(_crash),
     "Unimplemented": grpc.unary_unary_rpc_method_handler(_unimplemented),
     "Chat": grpc.stream_stream_rpc_method_handler(_chat),
+    "Lengths": grpc.stream_stream_rpc_method_handler(_lengths),
     "Count": grpc.unary_stream_rpc_method_handler(_count),
 }
 
@@ -246,3 +257,63 @@ def test_a_streaming_call_sent_a_message_past_the_limit_ends_and_its_handler_wit
     CHATS.update(entered=0, left=0)
     assert serve(scenario) == (grpc.StatusCode.RESOURCE_EXHAUSTED, 0)
     assert CHATS == {"entered": 1, "left": 1}
+
+
+# Legitimate clients at the server's limits: none may trip a flood budget or the bound on
+# what a connection holds, and none may wait on credit that never comes.
+
+
+def test_many_calls_at_once_each_with_its_own_metadata_all_succeed():
+    async def scenario(channel, server):
+        call = unary(channel, "Echo")
+
+        async def caller(k: int) -> int:
+            done = 0
+            for n in range(60):  # a trace id and request id new on every call
+                metadata = (("traceparent", f"00-{k:016x}{n:016x}-{n:016x}-01"),
+                            ("x-request-id", f"{k}-{n}-" + "r" * 24))  # fmt: skip
+                done += await call(b"x" * 64, metadata=metadata, timeout=30) == b"x" * 64
+            return done
+
+        return await asyncio.gather(*(caller(k) for k in range(64)))
+
+    assert serve(scenario) == [60] * 64
+
+
+def test_large_messages_interleaved_on_one_connection_all_arrive():
+    async def scenario(channel, server):
+        call = unary(channel, "Length")  # each past half the window: credit withheld
+        sizes = [int(LIMIT * 0.7)] * 3 + [LIMIT // 2] * 2  # until whole never came
+        answers = await asyncio.gather(*(call(b"y" * n, timeout=60) for n in sizes))
+        return [int(a) for a in answers], sizes
+
+    got, sizes = serve(scenario)
+    assert got == sizes
+
+
+def test_a_streaming_call_whose_second_message_is_larger_than_credit_given_goes_on():
+    async def scenario(channel, server):
+        chat = channel.stream_stream(f"/{SERVICE}/Lengths")
+
+        async def requests():
+            yield b"a" * (LIMIT // 10)
+            yield b"b" * (LIMIT - 1024)
+
+        return [int(r) async for r in chat(requests(), timeout=60)]
+
+    assert serve(scenario) == [LIMIT // 10, LIMIT - 1024]
+
+
+def test_a_server_with_a_small_message_limit_serves():
+    async def run():
+        server = H2Server(32 * 1024, 8, 30.0, max_connections=4)
+        server.add_registered_method_handlers(SERVICE, HANDLERS)
+        port = free_port()
+        await server.start(listen("127.0.0.1", port, "gRPC"))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                return await unary(channel, "Echo")(b"z" * 30_000, timeout=10)
+        finally:
+            await server.stop(1.0)
+
+    assert asyncio.run(run()) == b"z" * 30_000
