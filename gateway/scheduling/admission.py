@@ -21,8 +21,9 @@ What a request may wait depends on what was asked for:
 - none (the default, as Triton): a request is refused only while the backlog is measured
   to grow, arrivals outrunning service (growth.py), and then past the wait the backlog
   had before it grew, or a couple of runs. A closed loop's backlog stops at its
-  concurrency and is queued however long its wait; an open loop past saturation is shed
-  within a few windows, and then keeps a short queue.
+  concurrency and is queued however long its wait, and a burst on a load below capacity
+  drains before the growth has lasted its horizon (a second); an open loop past
+  saturation is shed after that second, and then keeps a short queue.
 A refusal is a 503 (gRPC UNAVAILABLE) with a Retry-After straight away, instead of a
 place in a queue the request would time out in. So under overload refusals are fast,
 admitted requests wait little, and the server is idle soon after the load stops.
@@ -196,6 +197,7 @@ class Admission:
         before the growth made a request wait, or SHED_FLOOR_RUNS runs."""
         before = self.wait_s(self.instances, self.growth.base_rows)
         return max(before, SHED_FLOOR_RUNS * self.mean_s / self.instances)
+
 
 def int_parameter(request: InferRequest, key: str) -> int | None:
     """A request parameter that must be a non-negative integer (priority, timeout)."""

@@ -15,13 +15,22 @@ each starting at an arrival. A window *grew* when
   more than the window before's: a standing queue that rose, not a burst on top of one;
 - and the rows that arrived in it (refused ones too: that is the load offered) are more
   than 1 + GROWTH_FRACTION times the rows served in it: arrivals outran service.
-GROWING_WINDOWS windows in a row that grew start the shedding. A closed loop's start is
-one rise that ends when its last client has sent: a rise shorter than a window is seen
-growing by at most two windows in a row (the one it began in and the next).
-The shedding lasts while every window's arrivals still outrun its service, and ends at the
-first window whose do not, or after a window with no arrivals at all. While it lasts,
+Windows in a row that grew start the shedding once there are GROWING_WINDOWS of them and
+they span HORIZON_S (a second). A closed loop's start is one rise that ends when its last
+client has sent: a rise shorter than a window is seen growing by at most two windows in a
+row (the one it began in and the next). A burst on a load that is below capacity over the
+horizon is a rise too, however it arrives: a load generator that stalled for 300 ms and
+then sends what it owes, or a front on the model's core that parses the burst ahead of
+the model and starves it meanwhile, outruns service for a few short windows, and the
+backlog drains before the horizon. (In the soak, three 50 ms windows were enough for such
+bursts to be shed at half saturation.) Growth that lasts the horizon means arrivals above
+1.25x what was served, over a second, with a backlog that never emptied: an overload.
+The shedding lasts until arrivals have not outrun service (or not come) for CALM_S; a
+short stall of the load, or of the event loop, does not end it. While it lasts,
 admission refuses a request that would wait longer than the backlog before the growth
 began (`base_rows`) would have made it wait, or than a couple of runs, whichever is more.
+The price of the horizon: an open loop past saturation is queued for a second before it
+is shed (at 3x, two seconds of backlog, which its first refusals then drain).
 
 Pure: time comes in as arguments.
 """
@@ -34,6 +43,15 @@ WINDOW_RUNS = 2.0  # a window spans this many runs: a closed loop's batches come
 MIN_WINDOW_S = 0.05  # fast models: a closed loop's clients start within two windows
 GROWTH_FRACTION = 0.25  # arrivals must outrun service by this much to count
 GROWING_WINDOWS = 3  # windows in a row that grew before shedding starts
+# ...and they must span this long: a burst after a client's pause (a late load generator
+# catching up, a front starving the model's thread while it parses the burst) outruns
+# service for a few short windows, and a load that is below capacity over a second clears
+# it; only a backlog that keeps growing for this long is an overload.
+HORIZON_S = 1.0
+# Shedding ends once arrivals have not outrun service (or not come at all) for this long:
+# a stall of the load generator or of the event loop is not the end of an overload, and
+# its end would let the backlog grow for another horizon before it is shed again.
+CALM_S = 0.5
 
 
 @dataclass(slots=True)
@@ -45,6 +63,8 @@ class Growth:
     served_before: int = 0  # `served` when the current window opened
     previous_least: int | None = None  # the window before's `least`
     streak: int = 0  # windows in a row that grew
+    since: float = 0.0  # when the first of them opened
+    calm_since: float | None = None  # while shedding: when arrivals last stopped outrunning
     base_rows: int = 0  # the standing backlog before the growth began
     shedding: bool = False
 
@@ -70,13 +90,21 @@ class Growth:
             outran = self.arrived > (1 + GROWTH_FRACTION) * served
             before = self.previous_least
             grew = outran and before is not None and self.least > before
-            if quiet or (self.shedding and not outran) or not (grew or self.shedding):
-                self.shedding, self.streak = False, 0
-            elif grew and not self.shedding:
+            if self.shedding:
+                if outran and not quiet:
+                    self.calm_since = None
+                elif self.calm_since is None:
+                    self.calm_since = self.start
+                if self.calm_since is not None and now - self.calm_since >= CALM_S:
+                    self.shedding, self.streak, self.calm_since = False, 0, None
+            elif grew and not quiet:
                 if self.streak == 0:
-                    self.base_rows = before or 0
+                    self.base_rows, self.since = before or 0, self.start
                 self.streak += 1
-                self.shedding = self.streak >= GROWING_WINDOWS
+                lasted = now - self.since >= HORIZON_S
+                self.shedding = self.streak >= GROWING_WINDOWS and lasted
+            else:
+                self.streak = 0
             self.previous_least = None if quiet else self.least
         self.start, self.least, self.arrived = now, None, 0
         self.served_before = self.served
