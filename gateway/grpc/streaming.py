@@ -19,8 +19,30 @@ log = logging.getLogger(__name__)
 # A model failing every request is one line every 10 s per model, not one a request.
 _backend_failed = Occasional(log, logging.ERROR, 10.0)
 
-# Requests of one ModelStreamInfer call that may be in flight at once.
+# Requests of one ModelStreamInfer call that may be in flight at once, and their bytes
+# (one request larger than this runs alone): the HTTP/2 server's bound on what a
+# connection holds ends when a request is taken, and a stream takes them eagerly.
 STREAM_IN_FLIGHT = 256
+STREAM_IN_FLIGHT_BYTES = 64 * 1024 * 1024
+
+
+class _Bytes:
+    """Bytes of requests in flight, and a wait for room (one reader waits at a time)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._freed = asyncio.Event()
+
+    async def take(self, size: int) -> None:
+        while self.used and self.used + size > self.limit:
+            self._freed.clear()
+            await self._freed.wait()
+        self.used += size
+
+    def give_back(self, size: int) -> None:
+        self.used -= size
+        self._freed.set()
 
 
 async def serve_stream(
@@ -35,9 +57,10 @@ async def serve_stream(
     # producers, and a decoupled model's sender with them).
     results: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_IN_FLIGHT)
     slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+    in_flight = _Bytes(STREAM_IN_FLIGHT_BYTES)
     tasks: set[asyncio.Task] = set()
 
-    async def answer(message: pb.ModelInferRequest) -> None:
+    async def answer(message: pb.ModelInferRequest, size: int) -> None:
         trace, last, failure = None, None, None
         try:
             started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
@@ -70,6 +93,7 @@ async def serve_stream(
             raise
         finally:
             slots.release()
+            in_flight.give_back(size)
             if trace is not None:
                 trace.finish(time.perf_counter_ns(), last, failure)
 
@@ -77,7 +101,9 @@ async def serve_stream(
         try:
             async for message in request_iterator:
                 await slots.acquire()
-                task = asyncio.create_task(answer(message))
+                size = message.ByteSize()
+                await in_flight.take(size)
+                task = asyncio.create_task(answer(message, size))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             if tasks:

@@ -72,6 +72,11 @@ class CallTable:
             stream.task.cancel()
 
     def _done(self, stream: Stream) -> None:
+        # Its answer is given: what it holds of the client's messages goes now, even if
+        # the answer waits for the client's credit.
+        stream.messages.clear()
+        self.held -= stream.held
+        stream.held = 0
         if not stream.outbox:  # else the writer calls `_sent` once the credit comes
             self._sent(stream)
 

@@ -56,6 +56,9 @@ class CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
     def can_write_eof(self) -> bool:
         return self._transport.can_write_eof()
 

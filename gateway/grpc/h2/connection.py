@@ -48,7 +48,7 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         self.idle_since: float | None = None  # when its last call ended (None: calls open)
         self.resets: dict[int, None] = {}
         self.settings_acked = False
-        self.data_frames_seen = 0
+        self.earned_seen = 0
         self._stalled: asyncio.TimerHandle | None = None  # our answers left unread
         self._buffer = b""  # the start of a frame not yet whole
         # A large frame arriving in many reads: its pieces, joined once it is whole (a
@@ -116,12 +116,11 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
     def pause_writing(self) -> None:
         # A client that does not read gets nothing more read from it either: its pings,
         # settings and calls would otherwise pile answers up in the write buffer. One
-        # that leaves them unread for the read timeout loses its connection: it would
+        # that reads none of them for the read timeout loses its connection: it would
         # hold its calls, and its place among the connections, for good.
         self.writer.pause()
         self.transport.pause_reading()
-        timeout = self.server.read_timeout_s
-        self._stalled = asyncio.get_running_loop().call_later(timeout, self._abort)
+        self._watch_stall(self.transport.get_write_buffer_size())
 
     def resume_writing(self) -> None:
         if self._stalled is not None:
@@ -130,8 +129,19 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         self.writer.resume()
         self.transport.resume_reading()
 
-    def _abort(self) -> None:
+    def _watch_stall(self, unsent: int) -> None:
+        timeout = self.server.read_timeout_s
+        self._stalled = asyncio.get_running_loop().call_later(timeout, self._stall_check, unsent)
+
+    def _stall_check(self, unsent_before: int) -> None:
+        """Still paused: cut the connection only if nothing left since the last look (a
+        slow reader of a large answer reads on)."""
+        unsent = self.transport.get_write_buffer_size()
+        if unsent < unsent_before:
+            self._watch_stall(unsent)
+            return
         log.debug("gRPC connection from %s left our answers unread: closed", self.peer)
+        self._stalled = None
         self._broken = self.closing = True
         self._drop_calls()
         self.transport.abort()

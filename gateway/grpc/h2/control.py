@@ -12,17 +12,28 @@ from gateway.grpc.h2.guard import FloodGuard
 
 RESETS_REMEMBERED = 1024  # streams we reset whose client's late frames are ignored
 DEADLINE_SLACK_S = 0.05  # a reset this close to the call's deadline is the client's timer
+MIN_LIFE_S = 0.1  # ... of a call that lived this long: a short deadline is no excuse
+
+
+def _at_its_deadline(context) -> bool:
+    """Whether a reset call had lived a while and reached its own deadline (the client's
+    timer racing ours), which is no sign of a flood."""
+    if context.deadline is None:
+        return False
+    now = time.monotonic()
+    lived = now - (context.deadline - context.headers.timeout_s)
+    return now >= context.deadline - DEADLINE_SLACK_S and lived >= MIN_LIFE_S
 
 
 class ControlFrames:
     """Connection's part for control frames; the connection gives `transport`, `writer`,
-    `streams`, `last_stream`, `resets`, `settings_acked`, `data_frames_seen`, `forget`,
+    `streams`, `last_stream`, `resets`, `settings_acked`, `earned_seen`, `forget`,
     `go_away` and `guard`."""
 
     guard: FloodGuard
     resets: dict[int, None]  # insertion-ordered: the oldest is dropped first
     settings_acked: bool
-    data_frames_seen: int  # the writer's DATA frames already counted for WINDOW_UPDATEs
+    earned_seen: int  # the writer's `earned` already refunded
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -56,10 +67,13 @@ class ControlFrames:
             f.parse_u32(payload, "RST_STREAM")
             self._check_not_idle(stream_id, "RST_STREAM")
             stream = self.streams.get(stream_id)
-            if stream is not None:  # the client gave up on the call
-                deadline = stream.context.deadline
-                if deadline is None or time.monotonic() < deadline - DEADLINE_SLACK_S:
+            if stream is None:  # closed already: nothing to do, within a budget
+                self.guard.spend("idle", self._now())
+            else:  # the client gave up on the call
+                if not _at_its_deadline(stream.context):
                     self.count_reset()  # a call reset at its deadline is no flood
+                else:
+                    self.guard.spend("idle", self._now())
                 self.forget(stream)
                 if stream.task is not None:
                     stream.task.cancel()
@@ -87,10 +101,10 @@ class ControlFrames:
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
         increment = f.parse_u32(payload, "WINDOW_UPDATE")
-        sent = self.writer.data_frames - self.data_frames_seen
-        if sent:  # each DATA frame we sent earns the client 10 WINDOW_UPDATEs
-            self.guard.refund("window_updates", 10 * sent)
-            self.data_frames_seen += sent
+        earned = self.writer.earned - self.earned_seen
+        if earned:  # what we sent since earns the client its WINDOW_UPDATEs
+            self.guard.refund("window_updates", earned)
+            self.earned_seen += earned
         self.guard.spend("window_updates", self._now())
         if stream_id == 0:
             self.writer.credit(0, increment, None)

@@ -52,6 +52,8 @@ class Inbound:
             self.fail_stream(stream, code)
             return
         stream.unacked += size - len(message)  # padding: credited with the stream's next
+        if stream.ended:  # answered, its answer waiting for credit: the rest is dropped
+            return
         try:
             stream.messages.feed(message)
         except CallError as exc:
@@ -80,6 +82,8 @@ class Inbound:
         limit = self.server.max_held
         while self.held > limit and self.streams:
             largest = max(self.streams.values(), key=lambda s: s.held)
+            if not largest.held:  # (cannot be: what is held is the open calls')
+                return
             log.debug("gRPC connection from %s holds %d bytes of messages: stream %d ends",
                       self.peer, self.held, largest.id)  # fmt: skip
             message = (

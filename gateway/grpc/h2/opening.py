@@ -104,6 +104,8 @@ class CallOpening:
                 f"stream {stream_id} is not above the last one opened ({self.last_stream})",
             )
         self.last_stream = stream_id
+        if self.idle_since is not None:  # a call came, even one refused: not idle
+            self.idle_since = self._now()
         if self.closing or len(self.streams) >= self.server.max_streams:
             self.reset(stream_id, f.REFUSED_STREAM)
             self.count_reset()

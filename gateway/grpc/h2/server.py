@@ -53,7 +53,6 @@ class H2Server:
         self.methods: dict[str, Any] = {}
         self.max_message_bytes = max_message_bytes
         self.receive_window = receive_window(max_message_bytes)
-        # Bytes of request messages one connection may hold before its largest call ends.
         # Bytes of request messages one connection may hold before its largest call
         # ends: room for several large tensors in flight at once on one channel.
         self.max_held = 4 * self.receive_window

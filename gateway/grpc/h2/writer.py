@@ -22,7 +22,10 @@ class Writer:
         self.initial_window = f.DEFAULT_WINDOW  # each new stream's
         self.max_frame = f.DEFAULT_MAX_FRAME
         self.blocked: dict[int, Stream] = {}  # streams with bytes held, oldest first
-        self.data_frames = 0  # DATA frames sent (what the client's WINDOW_UPDATEs answer)
+        # WINDOW_UPDATEs the client may send for what we sent: 4 an answer and 1 each
+        # 4 KiB of DATA (grpc's client sends about two for a small answer). Not by the
+        # frame: a client that gives 1-byte windows would earn a frame a byte.
+        self.earned = 0
         self.paused = False
         self._resumed: asyncio.Future | None = None
 
@@ -67,7 +70,7 @@ class Writer:
             self.window -= size
             stream.send_window -= size
             stream.headers_sent = True
-            self.data_frames += 1
+            self.earned += size >> 12
             sid = stream.id
             self.transport.write(
                 f.frame(f.HEADERS, f.END_HEADERS, sid, RESPONSE_HEADERS)
@@ -126,6 +129,7 @@ class Writer:
     # ---- inside ------------------------------------------------------------------------
 
     def _trailers(self, stream_id: int, block: bytes) -> bytes:
+        self.earned += 4
         return f.header_frames(stream_id, block, True, self.max_frame)
 
     def _hold(self, stream: Stream, payload: bytes) -> None:
@@ -149,6 +153,7 @@ class Writer:
             head = outbox[0]
             size = min(len(head), self.window, stream.send_window, self.max_frame)
             pieces.append(f.frame(f.DATA, 0, stream.id, bytes(head[:size])))
+            self.earned += size >> 12
             self.window -= size
             stream.send_window -= size
             if size == len(head):
@@ -160,7 +165,6 @@ class Writer:
             if stream.trailers is not None:
                 pieces.append(self._trailers(stream.id, stream.trailers))
         if pieces:
-            self.data_frames += len(pieces)
             self.transport.write(b"".join(pieces))
         if not outbox:
             stream.release()

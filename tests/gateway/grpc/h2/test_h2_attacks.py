@@ -38,6 +38,12 @@ async def _echo(request: bytes, context) -> bytes:
     return request
 
 
+async def _once(requests, context):
+    async for request in requests:  # one answer, then the call is over
+        yield request
+        return
+
+
 class Running:
     """An H2Server on its own event loop thread."""
 
@@ -46,7 +52,11 @@ class Running:
         self.loop = asyncio.new_event_loop()
         self.server = H2Server(LIMIT, 256, 30.0, max_connections, read_timeout_s)
         self.server.add_registered_method_handlers(
-            "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(_echo)}
+            "test.Echo",
+            {
+                "Call": grpc.unary_unary_rpc_method_handler(_echo),
+                "Once": grpc.stream_stream_rpc_method_handler(_once),
+            },
         )
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -287,3 +297,33 @@ def test_a_call_whose_headers_pass_the_limit_ends_and_the_connection_serves_on(r
     assert ended[1]["grpc-status"] == "8" and "16384" in ended[1]["grpc-message"]
     assert (f.RST_STREAM, 0, 1, f.NO_ERROR.to_bytes(4, "big")) in frames
     assert not any(k == f.GOAWAY for k, *_ in frames)
+
+
+def test_a_call_answered_while_its_client_sends_on_holds_nothing(running):
+    """Its answer waits for credit (a window of 0) while the client goes on sending on
+    it, and other calls fill the connection past its bound: the answered call holds
+    nothing, and the calls that do hold are the ones ended."""
+    window, bound = running.server.receive_window, running.server.max_held
+    encoder = hpack.Encoder()
+    first = (
+        f.settings({f.INITIAL_WINDOW_SIZE: 0})
+        + f.frame(f.HEADERS, f.END_HEADERS, 1, call_headers(encoder, "/test.Echo/Once"))
+        + f.frame(f.DATA, 0, 1, MESSAGE)
+    )
+    more = b"\x00" + (window - 20_000).to_bytes(4, "big") + b"\x00" * (window // 2)
+    with socket.create_connection(("127.0.0.1", running.port)) as sock:
+        sock.sendall(opening() + first)
+        time.sleep(0.3)  # answered, its answer held
+        sock.sendall(f.frame(f.DATA, 0, 1, more[: 1 << 20]))
+        calls = b"".join(
+            f.frame(f.HEADERS, f.END_HEADERS, stream, call_headers(encoder, ECHO))
+            + f.frame(f.DATA, 0, stream, more[: 1 << 20])
+            for stream in range(3, 3 + 2 * (bound // (window // 2) + 2), 2)
+        )
+        sock.sendall(calls)
+        frames = _frames_until(sock, lambda found: _ended(found) >= 1, timeout=10)
+        held = running.held()  # the server's loop answers: it is not spinning
+    decoder = hpack.Decoder()
+    ended = [dict(decoder.decode(p)) for k, fl, s, p in frames if k == f.HEADERS and s != 1]
+    assert ended and ended[0]["grpc-status"] == "8"
+    assert held <= bound
