@@ -41,7 +41,11 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
         _admitted = 0  # inference requests admitted here and not answered yet
 
         def on_headers_complete(self) -> None:
-            if self.parser.get_method() != b"POST" or not _is_infer(self.url):
+            if (
+                self.parser.get_method() != b"POST"
+                or not _is_infer(self.url)
+                or self.parser.should_upgrade()  # uvicorn hands it to another protocol,
+            ):  # which would never count it out
                 super().on_headers_complete()
                 return
             earlier = self.cycle
@@ -49,6 +53,9 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
                 (earlier is None or earlier.response_complete)
                 and not self.expect_100_continue
                 and self.parser.should_keep_alive()
+                # HTTP/1.0 keep-alive wants a header the prepared 503 has not: its client
+                # would read until the connection closed.
+                and self.parser.get_http_version() == "1.1"
             )
             if early and shedder.refuse():
                 self._refusing = True

@@ -130,3 +130,44 @@ def test_admitted_requests_count_as_pending_until_answered_or_gone():
 def test_a_server_without_shedding_uses_the_plain_protocol():
     server = uvicorn_server(App(), ConnectionLimits(), None, LoopShedder(target_lag_s=0.0))
     assert server.config.http.__name__ == "TimedHttpToolsProtocol"
+
+
+def test_an_http10_keep_alive_request_is_not_refused_early_and_its_connection_closes():
+    # The prepared 503 carries no keep-alive header: an HTTP/1.0 client would wait for
+    # the connection to close. Such a request takes uvicorn's path, which closes it.
+    app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
+
+    async def scenario() -> bytes:
+        async with serving(app, shedder) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            shedder.share, shedder.pending = 1.0, 1
+            writer.write(
+                b"POST /v2/models/simple/infer HTTP/1.0\r\nHost: x\r\n"
+                b"Connection: keep-alive\r\nContent-Length: 3\r\n\r\nabc"
+            )
+            answer = await asyncio.wait_for(reader.read(), 5.0)  # until it closes
+            writer.close()
+            return answer
+
+    answer = asyncio.run(scenario())
+    assert answer.startswith(b"HTTP/1.1 200") and app.seen == ["/v2/models/simple/infer"]
+
+
+def test_an_upgrade_request_is_not_counted_as_pending():
+    # uvicorn hands an upgrade to its WebSocket protocol, which would never count it out.
+    app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
+
+    async def scenario() -> int:
+        async with serving(app, shedder) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                b"Upgrade: websocket\r\nContent-Length: 0\r\n\r\n"
+            )
+            with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+                await asyncio.wait_for(reader.read(1024), 2.0)
+            writer.close()
+            await asyncio.sleep(0.2)
+            return shedder.pending
+
+    assert asyncio.run(scenario()) == 0
