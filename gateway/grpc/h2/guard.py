@@ -27,8 +27,8 @@ class FloodLimits:
     resets: int = 1000  # streams the client reset, or that we refused
     empty: int = 100  # DATA, HEADERS or CONTINUATION frames that carry nothing
     idle: int = 1000  # PRIORITY, unknown types, acknowledgements we did not ask for
-    # WINDOW_UPDATE frames: these, and what we sent earns (writer.py: 4 an answer, 1 a
-    # 4 KiB of DATA; a client credits what it receives).
+    # WINDOW_UPDATE frames: these, and what we sent earns (writer.py: 4 an answer, 2 a
+    # DATA frame; a client credits what it receives).
     window_updates: int = 1000
     # CPU spent decoding header blocks (a repeated block is free): grpc's client with a
     # trace id and request id new on every call, 64 calls at once, cost 77 us a block

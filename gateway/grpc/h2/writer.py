@@ -22,9 +22,9 @@ class Writer:
         self.initial_window = f.DEFAULT_WINDOW  # each new stream's
         self.max_frame = f.DEFAULT_MAX_FRAME
         self.blocked: dict[int, Stream] = {}  # streams with bytes held, oldest first
-        # WINDOW_UPDATEs the client may send for what we sent: 4 an answer and 1 each
-        # 4 KiB of DATA (grpc's client sends about two for a small answer). Not by the
-        # frame: a client that gives 1-byte windows would earn a frame a byte.
+        # WINDOW_UPDATEs the client may send for what we sent: 4 an answer, 2 a DATA frame
+        # (grpc's client sends about two for a small answer, and one or two for each
+        # message of a streamed answer, which has no trailers of its own).
         self.earned = 0
         self.paused = False
         self._resumed: asyncio.Future | None = None
@@ -70,7 +70,7 @@ class Writer:
             self.window -= size
             stream.send_window -= size
             stream.headers_sent = True
-            self.earned += size >> 12
+            self.earned += 2
             sid = stream.id
             self.transport.write(
                 f.frame(f.HEADERS, f.END_HEADERS, sid, RESPONSE_HEADERS)
@@ -153,7 +153,7 @@ class Writer:
             head = outbox[0]
             size = min(len(head), self.window, stream.send_window, self.max_frame)
             pieces.append(f.frame(f.DATA, 0, stream.id, bytes(head[:size])))
-            self.earned += size >> 12
+            self.earned += 2
             self.window -= size
             stream.send_window -= size
             if size == len(head):

@@ -317,3 +317,18 @@ def test_a_server_with_a_small_message_limit_serves():
             await server.stop(1.0)
 
     assert asyncio.run(run()) == b"z" * 30_000
+
+
+def test_a_stream_of_many_small_messages_is_not_taken_for_a_window_update_flood():
+    # grpc's client credits each message of a streamed answer with a WINDOW_UPDATE or
+    # two; a streamed answer has no trailers until its end.
+    async def scenario(channel, server):
+        chat = channel.stream_stream(f"/{SERVICE}/Chat")
+
+        async def requests():
+            for k in range(5000):
+                yield b"m%d" % k
+
+        return sum([1 async for _ in chat(requests(), timeout=60)])
+
+    assert serve(scenario) == 5000
