@@ -186,8 +186,12 @@ def main() -> None:
                         choices=["http", "grpc"])  # fmt: skip
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
-    parser.add_argument("--gateway-arg", action="append", default=[],
-                        help="an extra `serve` argument, e.g. --gateway-arg=--shed-lag-ms=0")
+    parser.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        help="an extra `serve` argument, e.g. --gateway-arg=--shed-lag-ms=0",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp) / "repository"
