@@ -183,6 +183,26 @@ def send_attack(port: int, payload: bytes, reads: bool, timeout_s: float = 10.0)
     return goaway_code(bytes(received)), closed_at[0] - started
 
 
+def read_frames(sock: socket.socket, until, timeout: float = 5.0) -> list[tuple]:
+    """Frames (type, flags, stream, payload) read until `until(frames)` says enough or
+    the server closes (TimeoutError past `timeout` between reads)."""
+    sock.settimeout(timeout)
+    buffer, found = b"", []
+    while not until(found):
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        buffer += chunk
+        while len(buffer) >= 9:
+            high, low, kind, flags, stream = f.HEADER.unpack_from(buffer)
+            size = (high << 8) | low
+            if len(buffer) < 9 + size:
+                break
+            found.append((kind, flags, stream & 0x7FFFFFFF, buffer[9 : 9 + size]))
+            buffer = buffer[9 + size :]
+    return found
+
+
 def goaway_code(data: bytes) -> int | None:
     """The code of the last GOAWAY among the frames in `data`."""
     code, position = None, 0

@@ -23,6 +23,7 @@ from benchmarks.h2_floods import (
     call_headers,
     goaway_code,
     opening,
+    read_frames,
     run_attack,
     unfinished_messages,
 )
@@ -128,9 +129,9 @@ def test_a_connection_holds_at_most_its_bound_and_lets_go_when_it_closes(running
     past = bound - window + (1 << 20)  # 16 unfinished messages, 1 MiB past the bound
     with socket.create_connection(("127.0.0.1", running.port)) as sock:
         sock.sendall(opening() + unfinished_messages(ECHO, window, past))
-        frames = _frames_until(sock, lambda found: _ended(found) >= 1, timeout=10)
+        frames = read_frames(sock, lambda found: _ended(found) >= 1, timeout=10)
         with pytest.raises(TimeoutError):  # the connection goes on: quiet, not closed
-            frames += _frames_until(sock, lambda found: False, timeout=0.5)
+            frames += read_frames(sock, lambda found: False, timeout=0.5)
         held = running.held()
     decoder = hpack.Decoder()
     trailers = [dict(decoder.decode(p)) for k, fl, _, p in frames if k == f.HEADERS]
@@ -158,7 +159,7 @@ def test_a_unary_message_that_never_ends_is_cancelled_after_the_read_timeout():
                 for stream in range(1, 21, 2)
             )
             sock.sendall(opening() + calls)
-            frames = _frames_until(sock, lambda found: _resets(found) >= 10)
+            frames = read_frames(sock, lambda found: _resets(found) >= 10)
         decoder = hpack.Decoder()
         trailers = [dict(decoder.decode(p)) for k, fl, _, p in frames if k == f.HEADERS]
         assert len(trailers) == 10 and all(t["grpc-status"] == "1" for t in trailers)
@@ -186,24 +187,6 @@ def test_at_the_connection_limit_the_connection_idle_longest_makes_room():
             sock.close()
     finally:
         server.stop()
-
-
-def _frames_until(sock: socket.socket, until, timeout: float = 5.0) -> list[tuple]:
-    sock.settimeout(timeout)
-    buffer, found = b"", []
-    while not until(found):
-        chunk = sock.recv(1 << 16)
-        if not chunk:
-            break
-        buffer += chunk
-        while len(buffer) >= 9:
-            high, low, kind, flags, stream = f.HEADER.unpack_from(buffer)
-            size = (high << 8) | low
-            if len(buffer) < 9 + size:
-                break
-            found.append((kind, flags, stream & 0x7FFFFFFF, buffer[9 : 9 + size]))
-            buffer = buffer[9 + size :]
-    return found
 
 
 def _resets(found) -> int:
@@ -245,7 +228,7 @@ def test_a_stream_error_resets_that_stream_and_the_connection_serves_on(running,
         def answered(found):
             return any(k == f.HEADERS and fl & f.END_STREAM and s == 3 for k, fl, s, _ in found)
 
-        frames = _frames_until(sock, answered)
+        frames = read_frames(sock, answered)
     assert (f.RST_STREAM, 0, 1, code.to_bytes(4, "big")) in frames
     assert answered(frames) and not any(k == f.GOAWAY for k, *_ in frames)
 
@@ -267,7 +250,7 @@ def test_a_connection_error_ends_the_connection_with_its_code(running, case):
     build, code = CONNECTION_ERRORS[case]
     with socket.create_connection(("127.0.0.1", running.port)) as sock:
         sock.sendall(opening() + build(hpack.Encoder()))
-        frames = _frames_until(sock, lambda found: False)  # until the server closes
+        frames = read_frames(sock, lambda found: False)  # until the server closes
     goaways = [p for k, _, _, p in frames if k == f.GOAWAY]
     assert len(goaways) == 1 and int.from_bytes(goaways[0][4:8], "big") == code, goaways
 
@@ -276,10 +259,10 @@ def test_data_on_a_stream_the_client_ended_and_we_answered_is_a_connection_error
     with socket.create_connection(("127.0.0.1", running.port)) as sock:
         encoder = hpack.Encoder()
         sock.sendall(opening() + _call(1, encoder) + f.frame(f.DATA, f.END_STREAM, 1, MESSAGE))
-        _frames_until(sock, lambda found: any(k == f.HEADERS and fl & f.END_STREAM
+        read_frames(sock, lambda found: any(k == f.HEADERS and fl & f.END_STREAM
                                               for k, fl, _, _ in found))  # fmt: skip
         sock.sendall(f.frame(f.DATA, 0, 1, b"x"))
-        frames = _frames_until(sock, lambda found: False)
+        frames = read_frames(sock, lambda found: False)
     goaways = [p for k, _, _, p in frames if k == f.GOAWAY]
     assert [int.from_bytes(p[4:8], "big") for p in goaways] == [f.STREAM_CLOSED]
 
@@ -291,7 +274,7 @@ def test_a_call_whose_headers_pass_the_limit_ends_and_the_connection_serves_on(r
             opening() + _call(1, encoder, ("x-big", "v" * (20 * 1024)))
             + _call(3, encoder) + f.frame(f.DATA, f.END_STREAM, 3, MESSAGE)
         )  # fmt: skip
-        frames = _frames_until(sock, lambda found: _ended(found) >= 2)
+        frames = read_frames(sock, lambda found: _ended(found) >= 2)
     decoder = hpack.Decoder()
     ended = {s: dict(decoder.decode(p)) for k, fl, s, p in frames if k == f.HEADERS}
     assert ended[1]["grpc-status"] == "8" and "16384" in ended[1]["grpc-message"]
@@ -321,7 +304,7 @@ def test_a_call_answered_while_its_client_sends_on_holds_nothing(running):
             for stream in range(3, 3 + 2 * (bound // (window // 2) + 2), 2)
         )
         sock.sendall(calls)
-        frames = _frames_until(sock, lambda found: _ended(found) >= 1, timeout=10)
+        frames = read_frames(sock, lambda found: _ended(found) >= 1, timeout=10)
         held = running.held()  # the server's loop answers: it is not spinning
     decoder = hpack.Decoder()
     ended = [dict(decoder.decode(p)) for k, fl, s, p in frames if k == f.HEADERS and s != 1]

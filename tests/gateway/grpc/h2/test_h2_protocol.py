@@ -9,6 +9,7 @@ import socket
 import grpc
 import hpack
 
+from benchmarks.h2_floods import read_frames
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.server import H2Server
 from gateway.launch import free_port
@@ -17,25 +18,6 @@ from gateway.listeners import listen
 
 async def _echo(request: bytes, context) -> bytes:
     return request * 10
-
-
-def _read_frames(sock: socket.socket, until, timeout: float = 5.0) -> list[tuple]:
-    """Frames (type, flags, stream, payload) until `until(frames)` says enough."""
-    sock.settimeout(timeout)
-    buffer, found = b"", []
-    while not until(found):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        buffer += chunk
-        while len(buffer) >= 9:
-            high, low, kind, flags, stream = f.HEADER.unpack_from(buffer)
-            size = (high << 8) | low
-            if len(buffer) < 9 + size:
-                break
-            found.append((kind, flags, stream & 0x7FFFFFFF, buffer[9 : 9 + size]))
-            buffer = buffer[9 + size :]
-    return found
 
 
 def run_raw(client) -> object:
@@ -68,7 +50,7 @@ def test_a_client_that_does_not_speak_http2_gets_goaway_and_is_closed():
     def client(port):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\n\r\n")
-            frames = _read_frames(sock, lambda found: False)
+            frames = read_frames(sock, lambda found: False)
         return [(kind, payload[4:8]) for kind, _, _, payload in frames if kind == f.GOAWAY]
 
     assert run_raw(client) == [(f.GOAWAY, f.PROTOCOL_ERROR.to_bytes(4, "big"))]
@@ -91,13 +73,13 @@ def test_pings_are_answered_and_a_tiny_window_holds_the_answer_until_credit():
             def held(found):
                 return sum(len(p) for k, _, s, p in found if k == f.DATA and s == 1) >= 100
 
-            before = _read_frames(sock, held)
+            before = read_frames(sock, held)
             sock.sendall(f.window_update(1, 10_000))
 
             def ended(found):
                 return any(k == f.HEADERS and flags & f.END_STREAM for k, flags, _, _ in found)
 
-            after = _read_frames(sock, ended)
+            after = read_frames(sock, ended)
         return before, after
 
     before, after = run_raw(client)
@@ -123,7 +105,7 @@ def test_a_stream_id_that_goes_back_ends_the_connection_with_protocol_error():
                 + f.frame(f.DATA, f.END_STREAM, 7, message)
             )  # fmt: skip
 
-            frames = _read_frames(sock, lambda found: False)  # until it closes
+            frames = read_frames(sock, lambda found: False)  # until it closes
         return [(s, p) for k, _, s, p in frames if k in (f.RST_STREAM, f.GOAWAY)]
 
     # RFC 9113 section 5.1.1: a connection error, and no RST_STREAM for stream 3.
@@ -150,7 +132,7 @@ def test_calls_whose_deadline_passes_as_they_arrive_are_each_answered_deadline_e
                     len([1 for k, fl, _, _ in found if k == f.HEADERS and fl & f.END_STREAM]) == 8
                 )
 
-            frames = _read_frames(sock, all_ended)
+            frames = read_frames(sock, all_ended)
         decoder = hpack.Decoder()
         return [dict(decoder.decode(p)).get("grpc-status") for k, fl, _, p in frames
                 if k == f.HEADERS and fl & f.END_STREAM]  # fmt: skip
