@@ -74,9 +74,7 @@ class CallTable:
     def _done(self, stream: Stream) -> None:
         # Its answer is given: what it holds of the client's messages goes now, even if
         # the answer waits for the client's credit.
-        stream.messages.clear()
-        self.held -= stream.held
-        stream.held = 0
+        self._let_go(stream)
         if not stream.outbox:  # else the writer calls `_sent` once the credit comes
             self._sent(stream)
 
@@ -94,11 +92,22 @@ class CallTable:
             stream.timer.cancel()
         if stream.arrival is not None:
             stream.arrival.cancel()
-        stream.messages.clear()
-        self.held -= stream.held
-        stream.held = 0
+        self._let_go(stream)
         stream.wake()
         stream.release()
         self.writer.forget(stream)
         if not self.streams and self.transport is not None and not self.transport.is_closing():
             self._became_idle()
+
+    def drop(self, stream: Stream) -> None:
+        """Forget a call unanswered and stop its handler (the client reset it, or its
+        connection is gone)."""
+        self.forget(stream)
+        if stream.task is not None:
+            stream.task.cancel()
+
+    def _let_go(self, stream: Stream) -> None:
+        """The client's messages `stream` holds go, and leave the connection's count."""
+        stream.messages.clear()
+        self.held -= stream.held
+        stream.held = 0

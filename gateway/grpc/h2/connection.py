@@ -106,9 +106,7 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
     def _drop_calls(self) -> None:
         """Every call ends unanswered and what it held goes, at once."""
         for stream in list(self.streams.values()):
-            self.forget(stream)
-            if stream.task is not None:
-                stream.task.cancel()
+            self.drop(stream)
         self._buffer = b""
         self._pieces = []
         self._continued = None

@@ -27,7 +27,7 @@ def _at_its_deadline(context) -> bool:
 
 class ControlFrames:
     """Connection's part for control frames; the connection gives `transport`, `writer`,
-    `streams`, `last_stream`, `resets`, `settings_acked`, `earned_seen`, `forget`,
+    `streams`, `last_stream`, `resets`, `settings_acked`, `earned_seen`, `drop`,
     `go_away` and `guard`."""
 
     guard: FloodGuard
@@ -74,9 +74,7 @@ class ControlFrames:
                     self.count_reset()  # a call reset at its deadline is no flood
                 else:
                     self.guard.spend("idle", self._now())
-                self.forget(stream)
-                if stream.task is not None:
-                    stream.task.cancel()
+                self.drop(stream)
         elif kind == f.GOAWAY:
             if stream_id != 0:
                 raise f.H2Error(f.PROTOCOL_ERROR, "GOAWAY on a stream")
@@ -143,6 +141,4 @@ class ControlFrames:
     def fail_stream(self, stream, code: int) -> None:
         """A stream error (RFC 9113 section 5.4.2): reset, forgotten, its handler stopped."""
         self.reset(stream.id, code)
-        self.forget(stream)
-        if stream.task is not None:
-            stream.task.cancel()
+        self.drop(stream)

@@ -26,7 +26,9 @@ class FloodLimits:
     settings: int = 100  # SETTINGS frames that want an acknowledgement
     resets: int = 1000  # streams the client reset, or that we refused
     empty: int = 100  # DATA, HEADERS or CONTINUATION frames that carry nothing
-    idle: int = 1000  # PRIORITY, unknown types, acknowledgements we did not ask for
+    # PRIORITY, unknown types, acknowledgements we did not ask for, resets of closed
+    # streams and of calls at their own deadline
+    idle: int = 1000
     # WINDOW_UPDATE frames: these, and what we sent earns (writer.py: 4 an answer, 2 a
     # DATA frame; a client credits what it receives).
     window_updates: int = 1000
@@ -69,7 +71,7 @@ class Budget:
 
 
 class FloodGuard:
-    """One connection's budgets; `spend_*` raises H2Error(ENHANCE_YOUR_CALM) past one."""
+    """One connection's budgets; `spend` raises H2Error(ENHANCE_YOUR_CALM) past one."""
 
     def __init__(self, limits: FloodLimits, now: float) -> None:
         self.limits = limits

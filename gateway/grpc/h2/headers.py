@@ -4,8 +4,8 @@ and the few header blocks the server sends (RFC 7541, gRPC over HTTP/2).
 A client such as grpc's own sends the same header block bytes for call after call once
 its headers sit in the dynamic table, so a block that left the table as it was is
 decoded once and looked up after: HPACK's pure-Python decoding cost more than the rest
-of a small call. Blocks that are decoded count against the connection's budget of
-header bytes a second (guard.py), and a decoded list must be well formed (RFC 9113
+of a small call. The time blocks take to decode counts against the connection's budget
+of decoding a second (guard.py), and a decoded list must be well formed (RFC 9113
 section 8.2): lowercase names, pseudo-headers first and known, no connection headers.
 """
 

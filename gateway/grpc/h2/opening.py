@@ -35,12 +35,16 @@ class CallOpening:
                 refusal = self.server.refusals.get(value)
                 if refusal is None or not refusal[0]():
                     return False
-                block = f.header_frames(stream_id, refusal[1], True, self.writer.max_frame)
-                self.transport.write(block)
-                if not flags & f.END_STREAM:  # its message is not wanted
-                    self.reset(stream_id, f.NO_ERROR)
+                self._answer_at_once(stream_id, flags, refusal[1])
                 return True
         return False
+
+    def _answer_at_once(self, stream_id: int, flags: int, block: bytes) -> None:
+        """A trailers-only answer to a call that never opened; a message it is still
+        sending is not wanted."""
+        self.transport.write(f.header_frames(stream_id, block, True, self.writer.max_frame))
+        if not flags & f.END_STREAM:
+            self.reset(stream_id, f.NO_ERROR)
 
     def _header_time(self, seconds: float) -> None:
         self.guard.spend("header_decoding_ms", self._now(), seconds * 1000.0)
@@ -123,9 +127,7 @@ class CallOpening:
             messages = Messages(call.encoding, self.server.max_message_bytes, single)
         except (BadCall, CallError) as exc:
             block = error_response(getattr(exc, "http_status", 200), exc.status, str(exc))
-            self.transport.write(f.header_frames(stream_id, block, True, self.writer.max_frame))
-            if not flags & f.END_STREAM:
-                self.reset(stream_id, f.NO_ERROR)
+            self._answer_at_once(stream_id, flags, block)
             return
         context = Context(call, None, self.peer)
         stream = Stream(stream_id, handler, context, messages, self.writer.initial_window)

@@ -37,7 +37,7 @@ class Stream:
         self.unacked = 0  # bytes received and not yet credited back to the client
         self.window = 0  # bytes the client may still send (set by the connection)
         self.ended = False  # its response is complete, sent or held for flow control
-        self.held = 0  # bytes received that the connection has not credited back
+        self.held = 0  # bytes of the client's messages it holds, not yet taken
         self.arrival: asyncio.TimerHandle | None = None  # a unary message's read timeout
 
     def wake(self) -> None:
