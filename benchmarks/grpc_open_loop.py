@@ -94,8 +94,8 @@ class GrpcConnection(asyncio.Protocol):
                 self._ended(payload)
             elif kind == DATA:
                 self.received += length
-            elif kind == RST_STREAM:
-                self._finish(UNKNOWN)
+            elif kind == RST_STREAM and self.outcome is not None:
+                self._finish(UNKNOWN)  # reset before its trailers (after them: NO_ERROR)
             elif kind == SETTINGS and not flags & ACK:
                 self.transport.write(_frame(SETTINGS, ACK, 0, b""))
             elif kind == PING and not flags & ACK:
@@ -118,9 +118,10 @@ class GrpcConnection(asyncio.Protocol):
 
     def _finish(self, status: int) -> None:
         outcome, self.outcome = self.outcome, None
-        if outcome is not None:
-            outcome.status = status
-            outcome.latency_s = time.monotonic() - outcome.sent
+        if outcome is None:
+            return  # not ours to end twice: the connection is idle already
+        outcome.status = status
+        outcome.latency_s = time.monotonic() - outcome.sent
         if self in self.generator.connections:
             self.generator.idle.append(self)
 

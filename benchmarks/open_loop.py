@@ -40,6 +40,7 @@ class Outcome:
 class Run:
     outcomes: list[Outcome] = field(default_factory=list)
     late_sends: int = 0  # requests that left later than 10 ms after their time
+    started: float = 0.0  # loop time of the first send
     ended: float = 0.0  # loop time of the last send
 
     def count(self, status: int | None) -> int:
@@ -103,6 +104,20 @@ class _Generator:
         self.connections: set = set()
         self.opening = 0
 
+    async def open(self, count: int) -> None:
+        """Open `count` connections (fewer if the limit says so) and keep them idle."""
+        loop = asyncio.get_running_loop()
+        count = min(count, self.max_connections - len(self.connections))
+        for _ in range(0, count, 100):  # a hundred at a time: the listen queue holds them
+            opened = await asyncio.gather(*(
+                loop.create_connection(lambda: self.connection(self), self.host, self.port)
+                for _ in range(min(100, count - len(self.connections)))
+            ))  # fmt: skip
+            for _, connection in opened:
+                self.connections.add(connection)
+                self.idle.append(connection)
+        await asyncio.sleep(0.2)  # a gRPC connection's settings are exchanged meanwhile
+
     async def _open_and_send(self, outcome: Outcome) -> None:
         try:
             loop = asyncio.get_running_loop()
@@ -150,15 +165,17 @@ def no_collector_pauses():
 
 async def offer(
     host: str, port: int, request: bytes, rate: float, seconds: float, timeout_s: float = 10.0,
-    max_connections: int = MAX_CONNECTIONS, connection: type = _Connection,
+    max_connections: int = MAX_CONNECTIONS, connection: type = _Connection, opened: int = 0,
 ) -> Run:  # fmt: skip
     """Send `rate` requests a second for `seconds`, then wait for answers up to `timeout_s`
     after the last send. A request due while `max_connections` all wait for answers is
-    not sent, and counts as unanswered."""
+    not sent, and counts as unanswered. `opened`: connections opened before the clock
+    starts (kept-alive clients that were there before the load), the rest as needed."""
     generator = _Generator(host, port, request, max_connections, connection)
+    await generator.open(opened)
     run = Run()
     tasks: set[asyncio.Task] = set()
-    start = time.monotonic()
+    start = run.started = time.monotonic()
     total = int(rate * seconds)
     while len(run.outcomes) < total:
         now = time.monotonic()

@@ -9,9 +9,10 @@ each model and protocol (HTTP with binary tensors; gRPC unary calls, framed by h
 benchmarks/grpc_open_loop.py so that one core can offer the rate):
 1. saturation: answers a second of the better closed loop of 16 or 64 connections;
 2. unloaded latency: p99 of an open loop at a tenth of saturation;
-3. overload: `--factor` times saturation, open loop, for `--seconds`, on up to
-   `--connections` kept-alive connections (one request in flight on each: a request due
-   while all wait counts as unanswered), 10 s client timeout; printed per second (by send
+3. overload: `--factor` times saturation, open loop, for `--seconds`, on
+   `--connections` kept-alive connections opened before the clock starts (one request
+   in flight on each: a request due while all wait counts as unanswered), 10 s client
+   timeout; printed per second (by send
    time), with the generator's and the server's CPU share, so a generator short of CPU
    shows; then the time until the server falls idle once the load stops.
 Goals (issue 37): every request answered (no client timeout), refusals (503 / gRPC
@@ -161,17 +162,17 @@ def measure(model: str, protocol: str, server, args: argparse.Namespace) -> dict
     server_cpu, client_cpu = CpuSampler(server.process.pid), CpuSampler(os.getpid())
     server_cpu.start()
     client_cpu.start()
-    start = time.monotonic()
     try:
         with no_collector_pauses():
             run = asyncio.run(offer("127.0.0.1", port, request, rate, args.seconds,
-                                    max_connections=args.connections, **kinds))  # fmt: skip
+                                    max_connections=args.connections,
+                                    opened=args.connections, **kinds))  # fmt: skip
         idle_s = server_cpu.seconds_to_idle(run.ended)
     finally:
         for sampler in (server_cpu, client_cpu):
             sampler.stopped.set()
             sampler.join()
-    per_second(run, start, server_cpu, client_cpu)
+    per_second(run, run.started, server_cpu, client_cpu)
     return summary(label, unloaded_p99, run, idle_s)
 
 

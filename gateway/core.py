@@ -70,7 +70,11 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         self.in_flight = InFlight()
         # Refuses a share of new inference requests while the event loop runs late; the
         # fronts ask it before reading a request (gateway/shedding.py).
-        self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
+        self.shedder = LoopShedder(
+            shed_lag_ms / 1e3,
+            busy=lambda: self.in_flight.count > 0,
+            answered=lambda: self.in_flight.answered,
+        )
         # Python models call other models through the core, as a client would.
         self.model_calls = repository.model_calls = ModelCalls(self._model_call)
         self.log_settings = LogSettings()  # the server's, set by gateway/server.py

@@ -28,6 +28,7 @@ class InFlight:
 
     def __init__(self) -> None:
         self.count = 0
+        self.answered = 0  # ever (the shedder's rate)
         self._idle: asyncio.Event | None = None  # made on first use, on the serving loop
 
     def enter(self) -> None:
@@ -35,6 +36,7 @@ class InFlight:
 
     def leave(self) -> None:
         self.count -= 1
+        self.answered += 1
         if self.count == 0 and self._idle is not None:
             self._idle.set()
 

@@ -5,24 +5,49 @@ event loop itself is the bottleneck -- one core parsing HTTP and running small m
 inline -- the backlog builds up before any of that, in socket buffers, and no queue
 grows. The event loop's lag measures it: a timer due every few milliseconds runs as
 late as a newly arrived request waits to be read (one turn of the loop reads every
-ready socket, then runs what it read). While the lag is over the target, a share of
-new inference requests is refused (503 / UNAVAILABLE, Retry-After) before its body is
-read or decoded -- at the HTTP front before uvicorn builds a request or starts a task
-for it (gateway/http/timeouts.py). A refusal costs a fraction of a served request, so
-the loop catches up and admitted requests keep a short wait.
+ready socket, then runs what it read). While shedding, a share of new inference
+requests is refused (503 / UNAVAILABLE, Retry-After) before its body is read or
+decoded -- at the HTTP front before uvicorn builds a request or starts a task for it
+(gateway/http/early_refusal.py), at the gRPC front before a call exists
+(gateway/grpc/h2/server.py). A refusal costs a fraction of a served request, so the
+loop catches up and admitted requests keep a short wait.
 
-The share is a controller's output, not a fixed function of the lag: a proportional part
-answers a sudden surge within a turn or two of the loop, and an integral part settles
-on the share that holds the lag at the target whatever the excess (at three times
-saturation most requests must be refused; at 1.2 times, few), so the admitted wait does
-not grow with the overload. Like Envoy's admission control, the refusal is
-probabilistic, so some traffic always gets through and keeps the measurement honest.
+When to start: a loop that is late but no later turn after turn is serving a bounded
+backlog -- a closed loop of clients, each waiting for its answer -- and refusing it would
+only turn a benchmark's waits into errors. Arrivals that outrun the loop make each turn
+longer than the last: shedding starts once the lag has grown by half over two ticks in
+a row past the target, or at once when it passes ENTER_TARGETS targets; it ends when
+the controller has come back to refusing nothing with the loop on time.
+
+How much: the share is a controller's output, not a fixed function of the lag. A
+proportional part answers a sudden surge within a turn or two of the loop, and an
+integral part settles on the share that holds the lag at the target whatever the excess
+(at three times saturation most requests must be refused; at 1.2 times, few), so the
+admitted wait does not grow with the overload. Like Envoy's admission control, the
+refusal is probabilistic, so some traffic always gets through and keeps the measurement
+honest. A controller updated once a tick is still too slow for a surge: the tick waits
+for the very turn that reads the surge. So each decision also looks at the tick that is
+due: overdue by more than OVERDUE_FROM targets now, the loop is at least that late, and
+the request is refused with a share that grows with how late (all at OVERDUE_ALL).
+
+The loop can be on time while requests still wait: a model that runs on threads of the
+same core, or a thousand clients each with one request out -- to the server, a closed
+loop of a thousand. So the fronts also admit at most as many requests at once as the
+server answered in LIMIT_WAIT_TARGETS targets, plus HEADROOM (by Little's law, a wait of
+that long; measured every RATE_WINDOW_S): past that, a new request is refused at once.
+While the admitted wait is shorter, the limit grows with the answers. After a window
+with nothing in flight no rate is known: UNMEASURED_LIMIT holds until one is, measured
+over the first FIRST_WINDOW_S (a surge on a thousand idle connections would otherwise
+be admitted whole, and wait as long as a thousand take). Off with the rest when the
+target is 0: a user who sets a target asks for short waits, even from a bounded backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import time
 from collections.abc import Callable
 
 from gateway.scheduling.admission import Overloaded
@@ -39,6 +64,16 @@ MAX_REFUSED_SHARE = 0.98
 KP = 0.2
 KI = 0.02
 MAX_EXCESS = 4.0
+OVERDUE_FROM = 2.0  # targets a due tick is late by before requests are refused for it
+OVERDUE_ALL = 4.0  # ... and by which every request is (up to MAX_REFUSED_SHARE)
+GROWTH = 1.5  # a tick this many times later than the last: the loop falls behind
+GROWING_TICKS = 2  # ... so many in a row past the target, and shedding starts
+ENTER_TARGETS = 25.0  # a lag of so many targets starts it at once (a surge)
+LIMIT_WAIT_TARGETS = 4.0
+HEADROOM = 8
+RATE_WINDOW_S = 0.1
+UNMEASURED_LIMIT = 64
+FIRST_WINDOW_S = 0.01
 RETRY_AFTER_S = 1
 REFUSAL = "the server is overloaded (its event loop runs late); retry later"
 
@@ -49,17 +84,28 @@ class LoopShedder:
         target_lag_s: float = DEFAULT_TARGET_LAG_S,
         draw: Callable[[], float] = random.random,
         busy: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+        answered: Callable[[], int] | None = None,
     ) -> None:
         self.target_lag_s = target_lag_s
         # Whether other requests are being served: a loop that is late with none in
         # flight is slowed by something else (a model loading, a collection), and
         # refusing the only request would not help.
         self.busy = busy
+        # Inference requests answered so far (a counter): the rate the limit follows.
+        self._answered = answered
+        # Requests the fronts may hold admitted at once (none without `answered`).
+        self.limit = math.inf if answered is None else UNMEASURED_LIMIT
+        self._measured = False  # whether the limit follows a measured rate
         self.lag_s = 0.0  # the loop's lateness at the last tick
         self._excess = 0.0  # the last tick's
+        self.shedding = False  # started by a growing lag, ended by the controller
+        self._growing = 0  # ticks in a row whose lag grew past the target
         self.integral = 0.0  # the controller's integral part, a share of requests
         self.share = 0.0  # of new requests to refuse now
         self._draw = draw
+        self._clock = clock  # the loop's clock (asyncio's is time.monotonic)
+        self.due = float("inf")  # when the next tick is due, on that clock
         self.refused = 0
         # Requests a front admitted and has not answered yet, counted by the fronts that
         # admit before a task exists (the HTTP protocol): in the turn of the loop that
@@ -72,25 +118,46 @@ class LoopShedder:
 
     def observe(self, late_s: float) -> None:
         """One tick's lateness: the share follows it."""
-        self.lag_s = max(late_s, 0.0)
-        if self.target_lag_s <= 0:
+        before, self.lag_s = self.lag_s, max(late_s, 0.0)
+        target = self.target_lag_s
+        if target <= 0:
             return
-        excess = min(self.lag_s / self.target_lag_s - 1.0, MAX_EXCESS)
+        if not self.shedding:
+            growing = self.lag_s > target and self.lag_s >= GROWTH * before
+            self._growing = self._growing + 1 if growing else 0
+            if self._growing < GROWING_TICKS and self.lag_s < ENTER_TARGETS * target:
+                return
+            self.shedding = True
+        excess = min(self.lag_s / target - 1.0, MAX_EXCESS)
         self.integral = min(max(self.integral + KI * excess, 0.0), MAX_REFUSED_SHARE)
         lasting, self._excess = min(excess, self._excess), excess
         self.share = min(self.integral + KP * max(lasting, 0.0), MAX_REFUSED_SHARE)
+        if self.integral == 0.0 and self.lag_s <= target:
+            self.shedding, self.share, self._excess, self._growing = False, 0.0, 0.0, 0
 
     def refusal_share(self) -> float:
-        """The share of new requests to refuse now."""
-        return self.share if self.target_lag_s > 0 else 0.0
+        """The share of new requests to refuse now: the controller's, or more while the
+        next tick is overdue."""
+        if self.target_lag_s <= 0:
+            return 0.0
+        overdue = (self._clock() - self.due) / self.target_lag_s
+        if overdue <= OVERDUE_FROM or not (self.shedding or overdue >= ENTER_TARGETS):
+            return self.share
+        now = (overdue - OVERDUE_FROM) / (OVERDUE_ALL - OVERDUE_FROM)
+        return min(max(self.share, now), MAX_REFUSED_SHARE)
 
-    def refuse(self) -> bool:
-        """Whether to refuse a new request now (counted when so); never when off."""
+    def refuse(self, waiting: int = 0) -> bool:
+        """Whether to refuse a new request now (counted when so); never when off.
+        `waiting`: requests the asking front holds unanswered (the gRPC server's open
+        calls), for fronts that do not count into `pending`."""
+        if self.pending + waiting >= self.limit:
+            self.refused += 1
+            return True
+        share = self.refusal_share()
         if (
-            self.share > 0.0
-            and self.target_lag_s > 0
-            and self._draw() < self.share
-            and (self.pending > 0 or self.busy())
+            share > 0.0
+            and self._draw() < share
+            and (waiting > 0 or self.pending > 0 or self.busy())
         ):
             self.refused += 1
             return True
@@ -104,9 +171,30 @@ class LoopShedder:
     async def watch(self) -> None:
         """Measure the loop's lag for as long as the server runs (a task on its loop)."""
         loop = asyncio.get_running_loop()
+        window = (loop.time(), self._answered() if self._answered else 0, False)
         while True:
+            window = self._follow(window, loop.time())
             calm = self.share == 0 and self.lag_s < TICK_S / 4
             tick = IDLE_TICK_S if calm and not (self.pending or self.busy()) else TICK_S
-            due = loop.time() + tick
+            due = self.due = loop.time() + tick
             await asyncio.sleep(tick)
             self.observe(loop.time() - due)
+
+    def _follow(self, window: tuple[float, int, bool], now: float) -> tuple[float, int, bool]:
+        """The limit, once a window has passed: (window's start, answers then, whether
+        anything was in flight during it) -> the next window's."""
+        began, answered_then, worked = window
+        if self._answered is None:
+            return window
+        worked = worked or self.pending > 0 or self.busy()
+        length = RATE_WINDOW_S if self._measured else FIRST_WINDOW_S
+        if now - began < length:
+            return began, answered_then, worked
+        answered = self._answered()
+        if worked:
+            rate = (answered - answered_then) / (now - began)
+            self.limit = rate * LIMIT_WAIT_TARGETS * self.target_lag_s + HEADROOM
+        else:
+            self.limit = UNMEASURED_LIMIT
+        self._measured = worked
+        return now, answered, False

@@ -45,7 +45,11 @@ class RemoteCore(SharedMemoryCalls):
         self.stopping = False
         self.started = True
         self.in_flight = InFlight()
-        self.shedder = LoopShedder(shed_lag_ms / 1e3, busy=lambda: self.in_flight.count > 0)
+        self.shedder = LoopShedder(
+            shed_lag_ms / 1e3,
+            busy=lambda: self.in_flight.count > 0,
+            answered=lambda: self.in_flight.answered,
+        )
         self.shared_memory = SharedMemoryRegistry(enabled=False)
         self._calls = itertools.count()
         self._waiting: dict[int, asyncio.Future] = {}

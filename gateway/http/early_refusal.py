@@ -93,7 +93,6 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
 
         def _timed_out(self) -> None:
             if self._refusing:  # its answer went already; only the connection goes
-                self._read_timer = None
                 self.transport.close()
                 return
             super()._timed_out()

@@ -26,6 +26,10 @@ def timed_protocol(read_timeout_s: float) -> type[HttpToolsProtocol]:
 
     class TimedHttpToolsProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
+        # When the request being read must have arrived (None: none is due). The timer
+        # is not moved for each request -- making one cost as much as the rest of a
+        # refused request -- but checks this when it fires, and waits on if it moved.
+        _deadline: float | None = None
         _reading = False  # between a request's first byte and its last
         _requests = 0  # requests begun on this connection
         _message_cycle: Any = None  # the cycle of the request being read, once it has one
@@ -57,19 +61,30 @@ def timed_protocol(read_timeout_s: float) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._read_timer = self.loop.call_later(read_timeout_s, self._timed_out)
-
-        def _disarm(self) -> None:
             if self._read_timer is not None:
                 self._read_timer.cancel()
                 self._read_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.time() + read_timeout_s
+            if self._read_timer is None:
+                self._read_timer = self.loop.call_at(self._deadline, self._due)
+
+        def _disarm(self) -> None:
+            self._deadline = None
+
+        def _due(self) -> None:
+            self._read_timer = None
+            if self._deadline is None:
+                return
+            if self.loop.time() < self._deadline:  # re-armed since: wait for that
+                self._read_timer = self.loop.call_at(self._deadline, self._due)
+                return
+            self._deadline = None
+            self._timed_out()
 
         def _timed_out(self) -> None:
-            self._read_timer = None
             if self.transport.is_closing():
                 return
             if self.flow.read_paused:  # the server stopped reading (pipelining, a full

@@ -1,4 +1,5 @@
-"""Load shedding at the fronts: the event loop's lag and the share of requests refused."""
+"""Load shedding at the fronts: the event loop's lag, the share of requests refused, and
+the limit on requests admitted at once."""
 
 from __future__ import annotations
 
@@ -8,16 +9,32 @@ import time
 import pytest
 
 from gateway.scheduling.admission import Overloaded
-from gateway.shedding import KI, MAX_EXCESS, MAX_REFUSED_SHARE, LoopShedder
+from gateway.shedding import (
+    ENTER_TARGETS,
+    FIRST_WINDOW_S,
+    HEADROOM,
+    KI,
+    LIMIT_WAIT_TARGETS,
+    MAX_EXCESS,
+    MAX_REFUSED_SHARE,
+    OVERDUE_ALL,
+    OVERDUE_FROM,
+    RATE_WINDOW_S,
+    UNMEASURED_LIMIT,
+    LoopShedder,
+)
 
 
-def test_the_share_rises_while_the_loop_stays_late_and_falls_once_on_time():
+def test_a_growing_lag_starts_shedding_and_the_share_rises_then_falls_once_on_time():
     shedder = LoopShedder(target_lag_s=0.004)
-    shares = []
+    for lag in (0.006, 0.012):  # each turn half as long again as the last: falling behind
+        shedder.observe(lag)
+    assert shedder.shedding
+    shares = [shedder.refusal_share()]
     for _ in range(20):
         shedder.observe(0.012)  # three times the target, lasting
         shares.append(shedder.refusal_share())
-    assert shares == sorted(shares) and shares[1] > 0.4  # a surge is met within two ticks
+    assert shares == sorted(shares) and shares[1] > 0.4  # met within two ticks
     assert shares[-1] <= MAX_REFUSED_SHARE
     settled = shedder.integral
     for _ in range(200):
@@ -25,7 +42,20 @@ def test_the_share_rises_while_the_loop_stays_late_and_falls_once_on_time():
     assert shedder.integral == pytest.approx(settled)
     for _ in range(200):
         shedder.observe(0.0)
-    assert shedder.refusal_share() == 0.0
+    assert shedder.refusal_share() == 0.0 and not shedder.shedding
+
+
+def test_a_lag_that_does_not_grow_is_a_bounded_backlog_and_refuses_nothing():
+    shedder = LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
+    for _ in range(100):  # a closed loop of clients: every turn as long, 4.5 targets
+        shedder.observe(0.018)
+    assert not shedder.shedding and shedder.refusal_share() == 0.0 and not shedder.refuse()
+
+
+def test_a_lag_past_the_entry_mark_starts_shedding_at_once():
+    shedder = LoopShedder(target_lag_s=0.004)
+    shedder.observe(0.004 * ENTER_TARGETS)
+    assert shedder.shedding and shedder.refusal_share() > 0.0
 
 
 def test_a_lone_stall_refuses_little():
@@ -34,6 +64,49 @@ def test_a_lone_stall_refuses_little():
     assert shedder.refusal_share() == pytest.approx(KI * MAX_EXCESS)
     shedder.observe(0.0)
     assert shedder.refusal_share() < KI * MAX_EXCESS
+
+
+def test_an_overdue_tick_refuses_within_the_turn_while_shedding():
+    now = [0.0]
+    shedder = LoopShedder(target_lag_s=0.004, clock=lambda: now[0])
+    shedder.due = 1.0
+    now[0] = 1.0 + 0.004 * (OVERDUE_ALL + 1)  # the tick is five targets late, and due
+    assert shedder.refusal_share() == 0.0  # not shedding: a long turn of a closed loop
+    shedder.shedding = True
+    assert shedder.refusal_share() == MAX_REFUSED_SHARE
+    now[0] = 1.0 + 0.004 * (OVERDUE_FROM + OVERDUE_ALL) / 2
+    assert shedder.refusal_share() == pytest.approx(MAX_REFUSED_SHARE / 2, abs=0.02)
+    shedder.shedding = False
+    now[0] = 1.0 + 0.004 * ENTER_TARGETS  # so late that it is a surge: refused anyway
+    assert shedder.refusal_share() == MAX_REFUSED_SHARE
+
+
+def test_admitted_requests_are_limited_to_the_answers_of_a_few_targets():
+    answered, in_flight = [0], [1]
+    shedder = LoopShedder(
+        target_lag_s=0.002, draw=lambda: 1.0, busy=lambda: in_flight[0] > 0,
+        answered=lambda: answered[0],
+    )  # fmt: skip
+    assert shedder.limit == UNMEASURED_LIMIT  # no rate yet
+    window = shedder._follow((0.0, 0, False), 0.0)
+    answered[0] = 50  # 5,000 a second over the first window
+    window = shedder._follow(window, FIRST_WINDOW_S)
+    expected = 5000 * LIMIT_WAIT_TARGETS * 0.002 + HEADROOM
+    assert shedder.limit == pytest.approx(expected)
+    shedder.pending = int(expected) - 1
+    assert not shedder.refuse()  # under the limit, and the loop on time
+    assert shedder.refuse(waiting=1)  # at it: refused at once, whatever the draw
+    assert shedder.refused == 1
+    in_flight[0], shedder.pending = 0, 0  # a window with nothing in flight: no rate
+    window = shedder._follow(window, FIRST_WINDOW_S + RATE_WINDOW_S)
+    window = shedder._follow(window, FIRST_WINDOW_S + 2 * RATE_WINDOW_S)
+    assert shedder.limit == UNMEASURED_LIMIT
+
+
+def test_without_a_count_of_answers_nothing_is_limited():
+    shedder = LoopShedder(target_lag_s=0.002, draw=lambda: 1.0)
+    shedder.pending = 10_000
+    assert not shedder.refuse()
 
 
 def test_check_refuses_by_the_draw_and_counts():

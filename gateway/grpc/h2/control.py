@@ -130,9 +130,10 @@ class ControlFrames:
     def count_reset(self) -> None:
         self.guard.spend("resets", self._now())
 
-    def reset(self, stream_id: int, code: int) -> None:
-        """RST_STREAM `code`; frames the client had already sent on it are then ignored."""
-        self.transport.write(f.rst_stream(stream_id, code))
+    def reset(self, stream_id: int, code: int, before: bytes = b"") -> None:
+        """RST_STREAM `code` (after `before`, in one send); frames the client had already
+        sent on it are then ignored."""
+        self.transport.write(before + f.rst_stream(stream_id, code))
         resets = self.resets
         resets[stream_id] = None
         if len(resets) > RESETS_REMEMBERED:

@@ -42,9 +42,11 @@ class CallOpening:
     def _answer_at_once(self, stream_id: int, flags: int, block: bytes) -> None:
         """A trailers-only answer to a call that never opened; a message it is still
         sending is not wanted."""
-        self.transport.write(f.header_frames(stream_id, block, True, self.writer.max_frame))
-        if not flags & f.END_STREAM:
-            self.reset(stream_id, f.NO_ERROR)
+        answer = f.header_frames(stream_id, block, True, self.writer.max_frame)
+        if flags & f.END_STREAM:
+            self.transport.write(answer)
+        else:  # one send for both: under overload, a refusal's sends are most of its cost
+            self.reset(stream_id, f.NO_ERROR, answer)
 
     def _header_time(self, seconds: float) -> None:
         self.guard.spend("header_decoding_ms", self._now(), seconds * 1000.0)
@@ -135,6 +137,7 @@ class CallOpening:
         if handler.response_streaming:
             context.write = lambda message, s=stream: send_message(self, s, message)
         self.streams[stream_id] = stream
+        self.server.open_calls += 1
         self.idle_since = None
         if self._idle is not None:
             self._idle.cancel()

@@ -65,6 +65,7 @@ class H2Server:
         self.idle_s = idle_s
         self.max_connections = max_connections
         self.connections: set[Connection] = set()
+        self.open_calls = 0  # streams open on every connection: the calls in flight
         self._servers: list[asyncio.AbstractServer] = []
 
     # grpc's generated code registers its handlers through these two.

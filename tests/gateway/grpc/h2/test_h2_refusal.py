@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from types import SimpleNamespace
 
 import grpc
@@ -27,12 +28,20 @@ class Shedder:
         self.refusing = True
         self.asked = 0
 
-    def refuse(self) -> bool:
+    def refuse(self, waiting: int = 0) -> bool:
         self.asked += 1
+        self.waiting = waiting  # the calls the server had open when asked
         return self.refusing
 
     def check(self) -> None:
         raise AssertionError("a call the frame layer admitted must not be drawn again")
+
+
+def wait_until(condition, limit_s: float = 5.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "the server never asked the shedder"
+        time.sleep(0.005)
 
 
 def serve(scenario):
@@ -77,7 +86,9 @@ def test_a_refused_model_infer_is_answered_from_its_headers_and_never_runs():
             )
             data = b""
             while data.count(f.rst_stream(1, f.NO_ERROR)) == 0:
-                data += sock.recv(65536)
+                received = sock.recv(65536)
+                assert received, "the connection closed before the refusal came"
+                data += received
         return data, list(infers), shedder.asked
 
     data, infers, asked = serve(scenario)
@@ -118,3 +129,24 @@ def test_a_client_hears_unavailable_then_is_served_once_the_shedder_admits():
     refused, served, infers = serve(scenario)
     assert refused == (grpc.StatusCode.UNAVAILABLE, REFUSAL)
     assert served == grpc.StatusCode.NOT_FOUND and infers == ["m"]
+
+
+def test_the_calls_a_server_has_open_count_as_work_in_flight_for_the_shedder():
+    """`simple` runs inline: between calls the core has nothing in flight, so the
+    shedder is told how many calls the server holds open (an overloaded front has many)."""
+
+    def scenario(port, shedder, infers):
+        shedder.refusing = False
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.settimeout(5)
+            # Call 1 opens and waits for its message; call 3 is asked about meanwhile.
+            block = call_headers(hpack.Encoder(), MODEL_INFER)
+            sock.sendall(opening() + f.frame(f.HEADERS, f.END_HEADERS, 1, block))
+            wait_until(lambda: shedder.asked == 1)
+            first = shedder.waiting
+            sock.sendall(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 3, block))
+            wait_until(lambda: shedder.asked == 2)
+        return first, shedder.waiting
+
+    first, second = serve(scenario)
+    assert (first, second) == (0, 1)
