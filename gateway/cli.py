@@ -150,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--shed-lag-ms",
         type=float,
         default=0.0,
-        help="refuse a growing share of new inference requests (503) while the event loop "
-        "runs this many milliseconds late and others are in flight; for open-loop traffic "
-        "on a saturated core (default 0: off)",
+        help="hold waits near this many milliseconds by refusing new inference requests "
+        "early (503 / UNAVAILABLE): a share of them while the event loop runs later turn "
+        "after turn, and any past as many admitted at once as were answered in four "
+        "times this long; for open-loop traffic on a saturated core (default 0: off)",
     )
     serve.add_argument(
         "--drain-seconds",

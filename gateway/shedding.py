@@ -182,7 +182,9 @@ class LoopShedder:
 
     def _follow(self, window: tuple[float, int, bool], now: float) -> tuple[float, int, bool]:
         """The limit, once a window has passed: (window's start, answers then, whether
-        anything was in flight during it) -> the next window's."""
+        anything was in flight at a tick) -> the next window's. A request served inline
+        starts and ends within one turn, so a tick (at the start of a turn) can find none
+        in flight on a busy server: answers count as work too."""
         began, answered_then, worked = window
         if self._answered is None:
             return window
@@ -191,6 +193,7 @@ class LoopShedder:
         if now - began < length:
             return began, answered_then, worked
         answered = self._answered()
+        worked = worked or answered > answered_then
         if worked:
             rate = (answered - answered_then) / (now - began)
             self.limit = rate * LIMIT_WAIT_TARGETS * self.target_lag_s + HEADROOM

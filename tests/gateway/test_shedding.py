@@ -97,8 +97,11 @@ def test_admitted_requests_are_limited_to_the_answers_of_a_few_targets():
     assert not shedder.refuse()  # under the limit, and the loop on time
     assert shedder.refuse(waiting=1)  # at it: refused at once, whatever the draw
     assert shedder.refused == 1
-    in_flight[0], shedder.pending = 0, 0  # a window with nothing in flight: no rate
+    in_flight[0], shedder.pending = 0, 0  # answers, yet no tick finds any in flight
+    answered[0] = 150  # (simple runs inline: each request starts and ends in one turn)
     window = shedder._follow(window, FIRST_WINDOW_S + RATE_WINDOW_S)
+    assert shedder.limit == pytest.approx(1000 * LIMIT_WAIT_TARGETS * 0.002 + HEADROOM)
+    # A window with nothing in flight and nothing answered: no rate.
     window = shedder._follow(window, FIRST_WINDOW_S + 2 * RATE_WINDOW_S)
     assert shedder.limit == UNMEASURED_LIMIT
 
