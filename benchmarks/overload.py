@@ -1,7 +1,10 @@
 """Overload: what callers see when three times the saturation rate arrives, open loop.
 
     .venv/bin/python -m benchmarks.overload [--seconds 20] [--factor 3] [--connections 1000]
-        [--models simple mlp] [--protocols http grpc]
+        [--models simple mlp] [--protocols http grpc] [--gateway-arg=--shed-lag-ms=1]
+
+(The fronts refuse early only with `--shed-lag-ms`; without it the server queues what
+a thousand connections bring, as Triton would, and the latency goals are not its aim.)
 
 One gateway pinned to one core serves `simple` (INT32 add/sub, runs inline) and `mlp`
 (784 -> 1024 -> 1024 -> 10, dynamic batching); the generator runs on the other core. For
