@@ -62,6 +62,7 @@ class GrpcConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.next_stream = 1
+        self.stream = 0  # the call in flight's
         self.outcome: Any = None
         self.received = 0  # DATA bytes since the last connection WINDOW_UPDATE
 
@@ -72,7 +73,7 @@ class GrpcConnection(asyncio.Protocol):
     def send(self, request: tuple[bytes, bytes], outcome: Any) -> None:
         block, data = request
         stream, self.next_stream = self.next_stream, self.next_stream + 2
-        self.outcome = outcome
+        self.stream, self.outcome = stream, outcome
         assert self.transport is not None
         self.transport.write(
             _frame(HEADERS, END_HEADERS, stream, block) + _frame(DATA, END_STREAM, stream, data)
@@ -94,8 +95,10 @@ class GrpcConnection(asyncio.Protocol):
                 self._ended(payload)
             elif kind == DATA:
                 self.received += length
-            elif kind == RST_STREAM and self.outcome is not None:
-                self._finish(UNKNOWN)  # reset before its trailers (after them: NO_ERROR)
+            elif kind == RST_STREAM:
+                stream = int.from_bytes(buffer[end - length - 4 : end - length], "big")
+                if stream & 0x7FFFFFFF == self.stream:  # before its trailers (after: ignored)
+                    self._finish(UNKNOWN)
             elif kind == SETTINGS and not flags & ACK:
                 self.transport.write(_frame(SETTINGS, ACK, 0, b""))
             elif kind == PING and not flags & ACK:

@@ -73,7 +73,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         self.shedder = LoopShedder(
             shed_lag_ms / 1e3,
             busy=lambda: self.in_flight.count > 0,
-            answered=lambda: self.in_flight.answered,
+            served=self.in_flight.served,
         )
         # Python models call other models through the core, as a client would.
         self.model_calls = repository.model_calls = ModelCalls(self._model_call)

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +29,29 @@ class InFlight:
 
     def __init__(self) -> None:
         self.count = 0
-        self.answered = 0  # ever (the shedder's rate)
+        # For the shedder: requests answered, and seconds spent by requests in flight
+        # (the integral of `count`), ever.
+        self.answered = 0
+        self.occupied_s = 0.0
+        self._since = time.monotonic()
         self._idle: asyncio.Event | None = None  # made on first use, on the serving loop
 
+    def _tally(self) -> None:
+        now = time.monotonic()
+        self.occupied_s += self.count * (now - self._since)
+        self._since = now
+
+    def served(self) -> tuple[int, float]:
+        """(requests answered, seconds they and those in flight spent inside) so far."""
+        self._tally()
+        return self.answered, self.occupied_s
+
     def enter(self) -> None:
+        self._tally()
         self.count += 1
 
     def leave(self) -> None:
+        self._tally()
         self.count -= 1
         self.answered += 1
         if self.count == 0 and self._idle is not None:

@@ -30,26 +30,21 @@ for the very turn that reads the surge. So each decision also looks at the tick 
 due: overdue by more than OVERDUE_FROM targets now, the loop is at least that late, and
 the request is refused with a share that grows with how late (all at OVERDUE_ALL).
 
-The loop can be on time while requests still wait: a model that runs on threads of the
-same core, or a thousand clients each with one request out -- to the server, a closed
-loop of a thousand. So the fronts also admit at most as many requests at once as the
-server answered in LIMIT_WAIT_TARGETS targets, plus HEADROOM (by Little's law, a wait of
-that long; measured every RATE_WINDOW_S): past that, a new request is refused at once.
-While the admitted wait is shorter, the limit grows with the answers. After a window
-with nothing in flight no rate is known: UNMEASURED_LIMIT holds until one is, measured
-over the first FIRST_WINDOW_S (a surge on a thousand idle connections would otherwise
-be admitted whole, and wait as long as a thousand take). Off with the rest when the
-target is 0: a user who sets a target asks for short waits, even from a bounded backlog.
+The loop can be on time while requests still wait (a model on threads of the same core,
+a thousand connections each with one request out): the fronts also admit at most
+AdmittedLimit's count at once (gateway/admitted_limit.py), a wait of LIMIT_WAIT_TARGETS
+targets. Off with the rest when the target is 0: a user who sets a target asks for short
+waits, even from a bounded backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 from collections.abc import Callable
 
+from gateway.admitted_limit import AdmittedLimit
 from gateway.scheduling.admission import Overloaded
 
 TICK_S = 0.002
@@ -70,12 +65,8 @@ GROWTH = 1.5  # a tick this many times later than the last: the loop falls behin
 GROWING_TICKS = 2  # ... so many in a row past the target, and shedding starts
 ENTER_TARGETS = 25.0  # a lag of so many targets starts it at once (a surge)
 LIMIT_WAIT_TARGETS = 4.0
-HEADROOM = 8
-RATE_WINDOW_S = 0.1
-UNMEASURED_LIMIT = 64
-FIRST_WINDOW_S = 0.01
 RETRY_AFTER_S = 1
-REFUSAL = "the server is overloaded (its event loop runs late); retry later"
+REFUSAL = "the server is overloaded (more requests than it can answer soon); retry later"
 
 
 class LoopShedder:
@@ -85,18 +76,16 @@ class LoopShedder:
         draw: Callable[[], float] = random.random,
         busy: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
-        answered: Callable[[], int] | None = None,
+        served: Callable[[], tuple[int, float]] | None = None,
     ) -> None:
         self.target_lag_s = target_lag_s
         # Whether other requests are being served: a loop that is late with none in
         # flight is slowed by something else (a model loading, a collection), and
         # refusing the only request would not help.
         self.busy = busy
-        # Inference requests answered so far (a counter): the rate the limit follows.
-        self._answered = answered
-        # Requests the fronts may hold admitted at once (none without `answered`).
-        self.limit = math.inf if answered is None else UNMEASURED_LIMIT
-        self._measured = False  # whether the limit follows a measured rate
+        # Requests the fronts may hold admitted at once; `served`: the core's (answers,
+        # seconds inside) counters (InFlight.served). None: no limit.
+        self.limit = AdmittedLimit(LIMIT_WAIT_TARGETS * target_lag_s, served)
         self.lag_s = 0.0  # the loop's lateness at the last tick
         self._excess = 0.0  # the last tick's
         self.shedding = False  # started by a growing lag, ended by the controller
@@ -104,7 +93,7 @@ class LoopShedder:
         self.integral = 0.0  # the controller's integral part, a share of requests
         self.share = 0.0  # of new requests to refuse now
         self._draw = draw
-        self._clock = clock  # the loop's clock (asyncio's is time.monotonic)
+        self._clock = clock  # the loop's clock (watch() takes the running loop's)
         self.due = float("inf")  # when the next tick is due, on that clock
         self.refused = 0
         # Requests a front admitted and has not answered yet, counted by the fronts that
@@ -146,58 +135,35 @@ class LoopShedder:
         now = (overdue - OVERDUE_FROM) / (OVERDUE_ALL - OVERDUE_FROM)
         return min(max(self.share, now), MAX_REFUSED_SHARE)
 
-    def refuse(self, waiting: int = 0) -> bool:
+    def refuse(self, waiting: int = 0, counted: bool = False) -> bool:
         """Whether to refuse a new request now (counted when so); never when off.
         `waiting`: requests the asking front holds unanswered (the gRPC server's open
-        calls), for fronts that do not count into `pending`."""
-        if self.pending + waiting >= self.limit:
+        unary calls), for fronts that do not count into `pending`; `counted`: the request
+        asked about is in `pending` already."""
+        others = self.pending + waiting - counted
+        if others >= self.limit.value:
             self.refused += 1
             return True
         share = self.refusal_share()
-        if (
-            share > 0.0
-            and self._draw() < share
-            and (waiting > 0 or self.pending > 0 or self.busy())
-        ):
+        if share > 0.0 and self._draw() < share and (others > 0 or self.busy()):
             self.refused += 1
             return True
         return False
 
-    def check(self) -> None:
-        """Raise Overloaded for the share of requests to refuse (never when off)."""
-        if self.refuse():
+    def check(self, counted: bool = False) -> None:
+        """Raise Overloaded for a request to refuse (never when off); `counted`: it is
+        in `pending` already."""
+        if self.refuse(counted=counted):
             raise Overloaded(REFUSAL, retry_after_s=RETRY_AFTER_S)
 
     async def watch(self) -> None:
         """Measure the loop's lag for as long as the server runs (a task on its loop)."""
         loop = asyncio.get_running_loop()
-        window = (loop.time(), self._answered() if self._answered else 0, False)
+        self._clock = loop.time  # `due` is on it (uvloop's runs up to 1 ms behind)
         while True:
-            window = self._follow(window, loop.time())
+            self.limit.follow(loop.time(), self.pending > 0 or self.busy())
             calm = self.share == 0 and self.lag_s < TICK_S / 4
             tick = IDLE_TICK_S if calm and not (self.pending or self.busy()) else TICK_S
             due = self.due = loop.time() + tick
             await asyncio.sleep(tick)
             self.observe(loop.time() - due)
-
-    def _follow(self, window: tuple[float, int, bool], now: float) -> tuple[float, int, bool]:
-        """The limit, once a window has passed: (window's start, answers then, whether
-        anything was in flight at a tick) -> the next window's. A request served inline
-        starts and ends within one turn, so a tick (at the start of a turn) can find none
-        in flight on a busy server: answers count as work too."""
-        began, answered_then, worked = window
-        if self._answered is None:
-            return window
-        worked = worked or self.pending > 0 or self.busy()
-        length = RATE_WINDOW_S if self._measured else FIRST_WINDOW_S
-        if now - began < length:
-            return began, answered_then, worked
-        answered = self._answered()
-        worked = worked or answered > answered_then
-        if worked:
-            rate = (answered - answered_then) / (now - began)
-            self.limit = rate * LIMIT_WAIT_TARGETS * self.target_lag_s + HEADROOM
-        else:
-            self.limit = UNMEASURED_LIMIT
-        self._measured = worked
-        return now, answered, False

@@ -48,7 +48,7 @@ class RemoteCore(SharedMemoryCalls):
         self.shedder = LoopShedder(
             shed_lag_ms / 1e3,
             busy=lambda: self.in_flight.count > 0,
-            answered=lambda: self.in_flight.answered,
+            served=self.in_flight.served,
         )
         self.shared_memory = SharedMemoryRegistry(enabled=False)
         self._calls = itertools.count()

@@ -303,8 +303,8 @@ def add_services(
         service_name, method = MODEL_INFER[1:].split("/")
         server.add_registered_method_handlers(service_name, {method: handler})
         unavailable = grpc.StatusCode.UNAVAILABLE.value[0]
-        # The calls this server has open count as work in flight: `simple` runs inline,
-        # so between calls the core has none, however late the loop.
+        # The unary calls this server has open count as work in flight: `simple` runs
+        # inline, so between calls the core has none, however late the loop.
         refuse = lambda: core.shedder.refuse(server.open_calls)  # noqa: E731
         server.refuse_early(MODEL_INFER, refuse, unavailable, REFUSAL, PUSHBACK)
     health = HealthServicer()

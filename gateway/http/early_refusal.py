@@ -21,6 +21,9 @@ from gateway.shedding import REFUSAL, RETRY_AFTER_S, LoopShedder
 
 # In the scope of an inference request the protocol admitted: the shedder was asked once.
 ADMITTED = "gateway.shedder_admitted"
+# In the scope of every inference request the protocol counts into the shedder's
+# `pending` (when the handler asks the shedder, the request itself is one of them).
+COUNTED = "gateway.shedder_counted"
 _BODY = b'{"error":"%s"}' % REFUSAL.encode()
 REFUSED_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
@@ -64,6 +67,7 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
             self._admitted += 1
             shedder.pending += 1
             super().on_headers_complete()
+            self.scope[COUNTED] = True
             if early:  # the handler need not ask again (one draw a request)
                 self.scope[ADMITTED] = True
 

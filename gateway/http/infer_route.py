@@ -21,7 +21,7 @@ from gateway.core import InferenceCore
 from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
-from gateway.http.early_refusal import ADMITTED
+from gateway.http.early_refusal import ADMITTED, COUNTED
 from gateway.log_settings import Occasional
 from gateway.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.tracing.tracer import traced
@@ -86,7 +86,8 @@ async def serve_infer(
 ) -> None:
     """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
     if ADMITTED not in scope:  # not asked already by the protocol (http/early_refusal.py)
-        core.shedder.check()  # before the body is read: a refusal must cost little
+        # Before the body is read: a refusal must cost little.
+        core.shedder.check(counted=COUNTED in scope)
     started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
     headers = dict(scope["headers"])
     body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)

@@ -1,5 +1,6 @@
 """Load shedding at the fronts: the event loop's lag, the share of requests refused, and
-the limit on requests admitted at once."""
+the refusals past the limit on requests admitted at once (tests/gateway/test_admitted_limit.py
+tests the limit itself)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,15 @@ import time
 
 import pytest
 
+from gateway.admitted_limit import UNMEASURED_LIMIT
 from gateway.scheduling.admission import Overloaded
 from gateway.shedding import (
     ENTER_TARGETS,
-    FIRST_WINDOW_S,
-    HEADROOM,
     KI,
-    LIMIT_WAIT_TARGETS,
     MAX_EXCESS,
     MAX_REFUSED_SHARE,
     OVERDUE_ALL,
     OVERDUE_FROM,
-    RATE_WINDOW_S,
-    UNMEASURED_LIMIT,
     LoopShedder,
 )
 
@@ -81,35 +78,36 @@ def test_an_overdue_tick_refuses_within_the_turn_while_shedding():
     assert shedder.refusal_share() == MAX_REFUSED_SHARE
 
 
-def test_admitted_requests_are_limited_to_the_answers_of_a_few_targets():
-    answered, in_flight = [0], [1]
-    shedder = LoopShedder(
-        target_lag_s=0.002, draw=lambda: 1.0, busy=lambda: in_flight[0] > 0,
-        answered=lambda: answered[0],
-    )  # fmt: skip
-    assert shedder.limit == UNMEASURED_LIMIT  # no rate yet
-    window = shedder._follow((0.0, 0, False), 0.0)
-    answered[0] = 50  # 5,000 a second over the first window
-    window = shedder._follow(window, FIRST_WINDOW_S)
-    expected = 5000 * LIMIT_WAIT_TARGETS * 0.002 + HEADROOM
-    assert shedder.limit == pytest.approx(expected)
-    shedder.pending = int(expected) - 1
+def test_past_the_limit_a_request_is_refused_at_once_whatever_the_draw():
+    shedder = LoopShedder(target_lag_s=0.002, draw=lambda: 1.0, served=lambda: (0, 0.0))
+    assert shedder.limit.value == UNMEASURED_LIMIT  # no rate yet
+    shedder.pending = UNMEASURED_LIMIT - 1
     assert not shedder.refuse()  # under the limit, and the loop on time
-    assert shedder.refuse(waiting=1)  # at it: refused at once, whatever the draw
+    assert shedder.refuse(waiting=1)  # at it
+    assert not shedder.refuse(waiting=1, counted=True)  # one of them is this request
     assert shedder.refused == 1
-    in_flight[0], shedder.pending = 0, 0  # answers, yet no tick finds any in flight
-    answered[0] = 150  # (simple runs inline: each request starts and ends in one turn)
-    window = shedder._follow(window, FIRST_WINDOW_S + RATE_WINDOW_S)
-    assert shedder.limit == pytest.approx(1000 * LIMIT_WAIT_TARGETS * 0.002 + HEADROOM)
-    # A window with nothing in flight and nothing answered: no rate.
-    window = shedder._follow(window, FIRST_WINDOW_S + 2 * RATE_WINDOW_S)
-    assert shedder.limit == UNMEASURED_LIMIT
+
+
+def test_a_lone_request_is_never_refused_for_lag_even_if_counted_already():
+    shedder = LoopShedder(target_lag_s=0.004, draw=lambda: 0.0, busy=lambda: False)
+    shedder.share, shedder.pending = 0.9, 1  # the request itself, counted by its front
+    shedder.check(counted=True)
+    shedder.pending = 2
+    with pytest.raises(Overloaded):
+        shedder.check(counted=True)
 
 
 def test_without_a_count_of_answers_nothing_is_limited():
     shedder = LoopShedder(target_lag_s=0.002, draw=lambda: 1.0)
     shedder.pending = 10_000
     assert not shedder.refuse()
+
+
+def test_off_limits_nothing_however_many_are_in_flight():
+    """The default: a closed loop of any size is queued, as Triton would."""
+    shedder = LoopShedder(target_lag_s=0.0, draw=lambda: 0.0, served=lambda: (0, 0.0))
+    shedder.pending = 10_000
+    assert not shedder.refuse(waiting=10_000)
 
 
 def test_check_refuses_by_the_draw_and_counts():

@@ -88,7 +88,8 @@ class CallTable:
     def forget(self, stream: Stream) -> None:
         if self.streams.pop(stream.id, None) is None:
             return
-        self.server.open_calls -= 1
+        if stream.unary:
+            self.server.open_calls -= 1
         if stream.timer is not None:
             stream.timer.cancel()
         if stream.arrival is not None:

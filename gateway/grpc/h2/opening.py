@@ -137,7 +137,8 @@ class CallOpening:
         if handler.response_streaming:
             context.write = lambda message, s=stream: send_message(self, s, message)
         self.streams[stream_id] = stream
-        self.server.open_calls += 1
+        if stream.unary:
+            self.server.open_calls += 1
         self.idle_since = None
         if self._idle is not None:
             self._idle.cancel()

@@ -65,7 +65,9 @@ class H2Server:
         self.idle_s = idle_s
         self.max_connections = max_connections
         self.connections: set[Connection] = set()
-        self.open_calls = 0  # streams open on every connection: the calls in flight
+        # Unary calls open on every connection: the calls in flight (a stream of many
+        # requests, or a health watch, is open for as long as its client likes).
+        self.open_calls = 0
         self._servers: list[asyncio.AbstractServer] = []
 
     # grpc's generated code registers its handlers through these two.

@@ -14,7 +14,7 @@ class Stream:
     __slots__ = (
         "id", "handler", "context", "messages", "task", "remote_closed", "send_window",
         "outbox", "trailers", "headers_sent", "arrived", "drained", "timer", "expired",
-        "unacked", "window", "ended", "held", "arrival",
+        "unacked", "window", "ended", "held", "arrival", "unary",
     )  # fmt: skip
 
     def __init__(
@@ -22,6 +22,7 @@ class Stream:
     ) -> None:
         self.id = stream_id
         self.handler = handler
+        self.unary = not (handler.request_streaming or handler.response_streaming)
         self.context = context
         self.messages = messages
         self.task: asyncio.Task | None = None
