@@ -42,6 +42,23 @@ def test_the_same_bytes_after_the_table_changed_are_decoded_afresh():
     assert after != before and (b"other", b"x") in after
 
 
+def test_a_block_that_indexes_nothing_is_decoded_once_for_every_new_connection():
+    """A thousand new connections of a client that never indexes send the same first
+    block: decoded on the first, it comes from the shared cache on the others."""
+    encoder = hpack.Encoder()
+    block = b"".join(  # every field never indexed: the tables stay empty
+        encoder.encode([hpack.NeverIndexedHeaderTuple(k, v)], huffman=False) for k, v in HEADERS
+    )
+    spent: list[float] = []
+    first = HeaderDecoder(spent.append).decode(block)
+    assert len(spent) == 1 and dict(first)[b"user"] == b"ada"
+    assert HeaderDecoder(spent.append).decode(block) is first and len(spent) == 1
+    # A connection whose table is no longer empty decodes the same bytes itself.
+    other = HeaderDecoder(spent.append)
+    other.decode(hpack.Encoder().encode([("x", "y")]))  # indexed: the table changed
+    assert other.decode(block) == first and len(spent) == 3
+
+
 def test_call_headers_read_path_deadline_encoding_and_metadata():
     call = call_headers([(k.encode(), v.encode()) for k, v in HEADERS] + [(b"token-bin", b"AP8")])
     assert call.path == "/inference.GRPCInferenceService/ModelInfer"
