@@ -17,6 +17,11 @@ with nothing in flight forgets both: UNMEASURED_LIMIT holds until the first FIRS
 of work is measured (a surge on a thousand idle connections would otherwise be admitted
 whole, and wait as long as a thousand take).
 
+Known defect: the least is over every window since the last idle one and over all
+requests, so fast failures (an unknown model's) or a cheap model beside a slow one pull
+it down for good, and the limit then refuses part of a slow model's closed loop
+(README, "A known defect").
+
 Pure: time comes in as arguments.
 """
 

@@ -56,7 +56,9 @@ _CACHED_BLOCK_BYTES = 512  # a call's repeated block is tens of bytes; larger on
 # Blocks decoded on an empty table that left it empty, for every connection: they mean
 # the same on any connection whose table is still empty (a client that never indexes, or
 # any client's first call). A thousand new connections would otherwise each decode
-# their first block in full, at once (some 90 ms of falling behind, measured).
+# their first block in full, at once (some 90 ms of falling behind, measured). Not one
+# with a never-indexed field (a credential, usually): whether another connection sent
+# the same block must not show in how fast a block decodes.
 _FRESH: dict[bytes, list[tuple[bytes, bytes]]] = {}
 
 
@@ -106,7 +108,8 @@ class HeaderDecoder:
         # This thread's CPU time: a wait for the GIL (a model's thread) is not the block's.
         started = time.thread_time()
         try:
-            headers = [(bytes(n), bytes(v)) for n, v in self._decoder.decode(block, raw=True)]
+            decoded = self._decoder.decode(block, raw=True)
+            headers = [(bytes(n), bytes(v)) for n, v in decoded]
         except hpack.OversizedHeaderListError:
             message = f"a header list past {MAX_DECODED_LIST} bytes"
             raise H2Error(ENHANCE_YOUR_CALM, message) from None
@@ -122,7 +125,7 @@ class HeaderDecoder:
             if len(self._blocks) >= _CACHED_BLOCKS:
                 self._blocks.clear()  # a client whose blocks all differ gains nothing
             self._blocks[key] = headers
-            if before == 0:
+            if before == 0 and all(field.indexable for field in decoded):
                 if len(_FRESH) >= _CACHED_BLOCKS:
                     _FRESH.clear()
                 _FRESH[block] = headers
