@@ -17,9 +17,10 @@ with nothing in flight forgets both: UNMEASURED_LIMIT holds until the first FIRS
 of work is measured (a surge on a thousand idle connections would otherwise be admitted
 whole, and wait as long as a thousand take).
 
-Known defect: the least is over every window since the last idle one and over all
-requests, so fast failures (an unknown model's) or a cheap model beside a slow one pull
-it down for good, and the limit then refuses part of a slow model's closed loop
+Only answers with a result count (a request that failed fast says nothing of how long
+serving takes). Known defect: the least is over every window since the last idle one and
+over every model, so a window of only a cheap model's requests beside a slow one pulls
+it down for good, and the limit then refuses part of the slow model's closed loop
 (README, "A known defect").
 
 Pure: time comes in as arguments.

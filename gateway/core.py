@@ -133,10 +133,13 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         self.in_flight.enter()
         if self.access_log:
             return await self._logged(request)
+        answered = False
         try:
-            return await self._infer(request)
+            response = await self._infer(request)
+            answered = True
+            return response
         finally:
-            self.in_flight.leave()
+            self.in_flight.leave(answered)
 
     async def _logged(self, request: InferRequest) -> InferResponse:
         """infer() with its access-log line: model, version, request id, status, time."""
@@ -153,7 +156,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
             status = 500
             raise
         finally:
-            self.in_flight.leave()
+            self.in_flight.leave(status == 200)
             duration_ms = round((time.perf_counter() - start) * 1000, 3)
             ACCESS.info(
                 "%s %s %s %d %.3f ms", _printable(request.model_name),

@@ -50,10 +50,12 @@ class InFlight:
         self._tally()
         self.count += 1
 
-    def leave(self) -> None:
+    def leave(self, answered: bool = True) -> None:
+        """One request is over; `answered`: with a result, not an error (a request
+        that failed fast says nothing of how long serving takes)."""
         self._tally()
         self.count -= 1
-        self.answered += 1
+        self.answered += answered
         if self.count == 0 and self._idle is not None:
             self._idle.set()
 

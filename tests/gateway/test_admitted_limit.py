@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -13,6 +14,7 @@ from gateway.admitted_limit import (
     UNMEASURED_LIMIT,
     AdmittedLimit,
 )
+from gateway.drain import InFlight
 
 
 class Core:
@@ -94,3 +96,16 @@ def test_no_limit_when_off_or_without_counters():
         limit.follow(0.0, working=True)
         limit.follow(1.0, working=True)
         assert limit.value == math.inf
+
+
+def test_in_flight_counts_answers_with_a_result_and_the_time_requests_spent_inside():
+    in_flight = InFlight()
+    answered, inside = in_flight.served()
+    in_flight.enter()
+    in_flight.enter()
+    time.sleep(0.02)
+    in_flight.leave()  # answered
+    in_flight.leave(answered=False)  # failed fast: says nothing of serving's time
+    after, inside_after = in_flight.served()
+    assert after - answered == 1 and in_flight.count == 0
+    assert inside_after - inside >= 2 * 0.02 * 0.9  # two requests, 20 ms each
