@@ -108,10 +108,10 @@ class _Generator:
         """Open `count` connections (fewer if the limit says so) and keep them idle."""
         loop = asyncio.get_running_loop()
         count = min(count, self.max_connections - len(self.connections))
-        for _ in range(0, count, 100):  # a hundred at a time: the listen queue holds them
+        for first in range(0, count, 100):  # a hundred at a time: the listen queue holds them
             opened = await asyncio.gather(*(
                 loop.create_connection(lambda: self.connection(self), self.host, self.port)
-                for _ in range(min(100, count - len(self.connections)))
+                for _ in range(min(100, count - first))
             ))  # fmt: skip
             for _, connection in opened:
                 self.connections.add(connection)

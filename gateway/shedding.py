@@ -161,9 +161,10 @@ class LoopShedder:
         loop = asyncio.get_running_loop()
         self._clock = loop.time  # `due` is on it (uvloop's runs up to 1 ms behind)
         while True:
-            self.limit.follow(loop.time(), self.pending > 0 or self.busy())
+            working = self.pending > 0 or self.busy()
+            self.limit.follow(loop.time(), working)
             calm = self.share == 0 and self.lag_s < TICK_S / 4
-            tick = IDLE_TICK_S if calm and not (self.pending or self.busy()) else TICK_S
+            tick = IDLE_TICK_S if calm and not working else TICK_S
             due = self.due = loop.time() + tick
             await asyncio.sleep(tick)
             self.observe(loop.time() - due)
