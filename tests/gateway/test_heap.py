@@ -1,8 +1,10 @@
 """settle(): the heap that survives a load is frozen out of later collections, and what
-an unload leaves as garbage is collected by the next settle."""
+an unload leaves as garbage is collected by the next settle. released(): memory a
+client left goes back to the system once 16 MiB of it were let go."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 
@@ -27,3 +29,20 @@ def test_settle_freezes_survivors_and_collects_what_died_since():
         assert alive() is None
     finally:
         gc.unfreeze()
+
+
+def test_memory_let_go_is_trimmed_once_past_16_mib_in_a_turn_of_its_own(monkeypatch):
+    trims: list[int] = []
+    monkeypatch.setattr(heap, "_malloc_trim", trims.append)
+    monkeypatch.setattr(heap, "_let_go", 0)
+
+    async def let_go() -> list[int]:
+        for _ in range(16):  # a connection's 16 unfinished 4 MiB messages, cut at once
+            heap.released(4 << 20)
+        seen = list(trims)
+        await asyncio.sleep(0)
+        return seen
+
+    assert asyncio.run(let_go()) == [] and trims == [0]  # once, after the rest went
+    heap.released(1 << 20)  # below the bound again: nothing
+    assert trims == [0]

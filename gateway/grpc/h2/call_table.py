@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from gateway import heap
 from gateway.grpc.h2 import frames as f
 from gateway.grpc.h2.calls import CANCELLED, DEADLINE_EXCEEDED, CallError
 from gateway.grpc.h2.headers import trailers
@@ -112,4 +113,6 @@ class CallTable:
         """The client's messages `stream` holds go, and leave the connection's count."""
         stream.messages.clear()
         self.held -= stream.held
+        if stream.held:  # a call that ended with its client's bytes untaken
+            heap.released(stream.held)
         stream.held = 0

@@ -94,7 +94,12 @@ class Messages:
         self.encoding = encoding
         self.max_bytes = max_bytes
         self.single = single
-        self._buffer = bytearray()
+        # A message not yet whole, as its reads came (joined once it is whole: a buffer
+        # grown by each read copied a 4 MiB message some eight times over), their size,
+        # and the size it is whole at (its prefix's 5 bytes until the prefix is whole).
+        self._parts: list[bytes] = []
+        self._partial = 0
+        self._need = 5
         # Whole messages not yet taken, each with its size on the wire (prefix included:
         # what a streaming call credits back to the client once the handler takes it)
         # and its compressed flag.
@@ -102,31 +107,47 @@ class Messages:
         self.ready_bytes = 0  # their wire sizes, summed
 
     def feed(self, data: bytes) -> None:
-        buffer = self._buffer
-        if not buffer and len(data) >= 5 and not (self.single and self.ready):
-            size = int.from_bytes(data[1:5], "big")
-            if len(data) == 5 + size and size <= self.max_bytes:  # one whole message
-                self.ready.append((data[5:], 5 + size, data[0]))
-                self.ready_bytes += 5 + size
+        if self._parts:
+            self._parts.append(data)
+            self._partial += len(data)
+            if self._partial < self._need:
                 return
-        buffer += data
-        while len(buffer) >= 5:
-            if self.single and self.ready:
-                raise CallError(INTERNAL, "a unary call sent more than one request message")
-            size = int.from_bytes(buffer[1:5], "big")
-            if size > self.max_bytes:
-                raise CallError(
-                    RESOURCE_EXHAUSTED,
-                    f"received message larger than max ({size} vs. {self.max_bytes})",
-                )
-            if len(buffer) < 5 + size:
+            parts, whole = self._parts, self._partial == self._need
+            self._parts, self._partial = [], 0
+            if whole and len(parts[0]) >= 5:
+                # Exactly one message: joined without its prefix, one copy.
+                head = parts[0]
+                parts[0] = head[5:]
+                self._ready(b"".join(parts), self._need, head[0])
                 return
-            compressed = buffer[0]
-            with memoryview(buffer) as view:  # one copy, not a slice and then bytes of it
-                message = bytes(view[5 : 5 + size])
-            del buffer[: 5 + size]
-            self.ready.append((message, 5 + size, compressed))
-            self.ready_bytes += 5 + size
+            data = b"".join(parts)
+        position, end = 0, len(data)
+        while end - position >= 5:
+            size = self._size(data[position : position + 5])
+            if end - position < 5 + size:
+                break
+            self._ready(data[position + 5 : position + 5 + size], 5 + size, data[position])
+            position += 5 + size
+        if position < end:
+            rest = data[position:] if position else data
+            self._parts, self._partial = [rest], len(rest)
+            self._need = 5 + self._size(rest[:5]) if len(rest) >= 5 else 5
+
+    def _size(self, prefix: bytes) -> int:
+        """The size a message's prefix declares, checked."""
+        if self.single and self.ready:
+            raise CallError(INTERNAL, "a unary call sent more than one request message")
+        size = int.from_bytes(prefix[1:5], "big")
+        if size > self.max_bytes:
+            raise CallError(
+                RESOURCE_EXHAUSTED,
+                f"received message larger than max ({size} vs. {self.max_bytes})",
+            )
+        return size
+
+    def _ready(self, message: bytes, wire_size: int, compressed: int) -> None:
+        self.ready.append((message, wire_size, compressed))
+        self.ready_bytes += wire_size
 
     def take(self) -> bytes:
         """The next whole message, decompressed now (not as it came: a connection's
@@ -139,18 +160,18 @@ class Messages:
     @property
     def buffered(self) -> int:
         """Wire bytes held: whole messages not taken, and a message not yet whole."""
-        return self.ready_bytes + len(self._buffer)
+        return self.ready_bytes + self._partial
 
     def clear(self) -> None:
         """Drop what is held (the call is gone): its memory goes at once."""
-        self._buffer = bytearray()
+        self._parts, self._partial = [], 0
         self.ready.clear()
         self.ready_bytes = 0
 
     @property
     def partial(self) -> bool:
         """Bytes of a message not yet whole."""
-        return bool(self._buffer)
+        return bool(self._parts)
 
     def _decompress(self, message: bytes) -> bytes:
         if self.encoding == "identity":

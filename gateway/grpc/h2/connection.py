@@ -56,6 +56,11 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         self._pieces: list[bytes] = []
         self._pieces_size = 0
         self._frame_end = 0  # the bytes the pieces must add up to
+        # A large DATA frame arriving read by read (inbound.py): (its stream or None,
+        # flags, size), its bytes still to come, and how many of them are message.
+        self._arriving: tuple[Stream | None, int, int] | None = None
+        self._arriving_left = 0
+        self._arriving_message = 0
         self._preface = False
         # A header block still coming: stream, first frame's flags, block, frames so far.
         self._continued: tuple[int, int, bytearray, int] | None = None
@@ -110,6 +115,7 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
         self._buffer = b""
         self._pieces = []
         self._continued = None
+        self._arriving = None
 
     def pause_writing(self) -> None:
         # A client that does not read gets nothing more read from it either: its pings,
@@ -181,6 +187,10 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
     def data_received(self, data: bytes) -> None:
         if self._broken:
             return
+        if self._arriving is not None:
+            data = self._data_rest(data)
+            if not data or self._broken:
+                return
         if self._pieces:
             self._pieces.append(data)
             self._pieces_size += len(data)
@@ -206,6 +216,15 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
                 if size > MAX_FRAME:
                     raise f.H2Error(f.FRAME_SIZE_ERROR, f"a frame of {size} bytes")
                 if end - position - 9 < size:
+                    if kind == f.DATA and size - (end - position - 9) > _GATHER_PAST:
+                        # (a padded frame waits for its padding's length: one byte more)
+                        if end - position > 9 or not flags & f.PADDED:
+                            first = buffer[position + 9 :]
+                            self._buffer = b""
+                            self._data_arriving(flags, stream_id & 0x7FFFFFFF, size, first)
+                            return
+                        self._buffer = buffer[position:]
+                        return
                     break
                 payload = buffer[position + 9 : position + 9 + size]
                 position += 9 + size

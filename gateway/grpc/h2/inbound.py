@@ -28,16 +28,68 @@ log = logging.getLogger(__name__)
 class Inbound:
     """Connection's part for DATA; the connection gives `server`, `transport`, `streams`,
     `last_stream`, `resets`, `guard`, `held`, `_window`, `_unacked`, `_broken`, `_start`,
-    `fail_call` and `fail_stream`."""
+    `_continued`, `_arriving` (the DATA frame arriving in reads, or None), `_arriving_left`,
+    `_arriving_message`, `fail_call` and `fail_stream`."""
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        size = len(payload)
+        """A whole DATA frame."""
+        message = f.strip_padding(payload, flags)
+        stream = self._data_begins(flags, stream_id, len(payload), len(message))
+        if stream is not None:
+            self._data_part(stream, message)
+        self._data_ends(stream, flags, len(payload))
+
+    def _data_arriving(self, flags: int, stream_id: int, size: int, first: bytes) -> None:
+        """A large DATA frame of which only `first` has come: its message goes to its
+        stream read by read (`_data_rest`), not gathered into one frame first (a 1 MiB
+        frame copied twice in one turn of the loop held every other client ~2 ms).
+        A padded frame needs its first byte (the padding's length) in `first`."""
+        if self._continued is not None:
+            raise f.H2Error(f.PROTOCOL_ERROR, "a header block was interrupted")
+        padding = 0
+        if flags & f.PADDED:
+            padding = first[0]
+            if padding >= size:
+                raise f.H2Error(f.PROTOCOL_ERROR, "padding as long as the frame")
+            first = first[1:]
+        message_size = size - int(bool(flags & f.PADDED)) - padding
+        stream = self._data_begins(flags, stream_id, size, message_size)
+        self._arriving = (stream, flags, size)
+        self._arriving_left = size - len(first) - int(bool(flags & f.PADDED))
+        self._arriving_message = message_size
+        self._data_piece(first)
+
+    def _data_rest(self, data: bytes) -> bytes:
+        """The next bytes of the DATA frame arriving; returns what follows the frame."""
+        take = min(self._arriving_left, len(data))
+        self._arriving_left -= take
+        self._data_piece(data if take == len(data) else data[:take])
+        if not self._arriving_left:
+            stream, flags, size = self._arriving
+            self._arriving = None
+            self._data_ends(stream, flags, size)
+        return data[take:]
+
+    def _data_piece(self, piece: bytes) -> None:
+        """Bytes of the arriving frame: its message's go to the stream, padding nowhere."""
+        stream = self._arriving[0]
+        if len(piece) > self._arriving_message:
+            piece = piece[: self._arriving_message]
+        self._arriving_message -= len(piece)
+        # The stream may have ended meanwhile (shed, its deadline, answered): the rest
+        # of its frame is dropped.
+        if piece and stream is not None and not stream.ended and self._open(stream):
+            self._data_part(stream, piece)
+
+    def _data_begins(
+        self, flags: int, stream_id: int, size: int, message_size: int
+    ) -> Stream | None:
+        """A DATA frame of `size` bytes, `message_size` of them message, has begun: the
+        windows it spends, and the stream its message goes to (None: dropped)."""
         self._window -= size
         if self._window < 0:
             raise f.H2Error(f.FLOW_CONTROL_ERROR, "DATA past the connection's window")
-        self.consumed(size)
-        message = f.strip_padding(payload, flags)
-        if not message and not flags & f.END_STREAM:
+        if not message_size and not flags & f.END_STREAM:
             self.guard.spend("empty", self._now())
         stream = self.streams.get(stream_id)
         if stream is None:
@@ -45,15 +97,19 @@ class Inbound:
                 raise f.H2Error(f.PROTOCOL_ERROR, "DATA on a stream never opened")
             if stream_id not in self.resets:
                 raise f.H2Error(f.STREAM_CLOSED, f"DATA on stream {stream_id} after its end")
-            return  # late data of a call we reset: dropped
+            return None  # late data of a call we reset: dropped
         stream.window -= size
         if stream.remote_closed or stream.window < 0:
             code = f.STREAM_CLOSED if stream.remote_closed else f.FLOW_CONTROL_ERROR
             self.fail_stream(stream, code)
-            return
-        stream.unacked += size - len(message)  # padding: credited with the stream's next
+            return None
+        stream.unacked += size - message_size  # padding: credited with the stream's next
         if stream.ended:  # answered, its answer waiting for credit: the rest is dropped
-            return
+            return None
+        return stream
+
+    def _data_part(self, stream: Stream, message: bytes) -> None:
+        """Message bytes of a DATA frame, all of them or one read's worth."""
         try:
             stream.messages.feed(message)
         except CallError as exc:
@@ -63,8 +119,13 @@ class Inbound:
         self.held += len(message)
         if self.held > self.server.max_held:
             self._shed_largest()
-            if stream_id not in self.streams:
-                return
+
+    def _data_ends(self, stream: Stream | None, flags: int, size: int) -> None:
+        """The DATA frame is whole: the client may send as many bytes again, and its
+        stream goes on if it is still there."""
+        self.consumed(size)
+        if stream is None or stream.ended or not self._open(stream):
+            return
         if flags & f.END_STREAM:
             stream.remote_closed = True
             if stream.arrival is not None:
@@ -75,6 +136,9 @@ class Inbound:
             stream.wake()
         elif stream.remote_closed:
             self._start(stream)
+
+    def _open(self, stream: Stream) -> bool:
+        return self.streams.get(stream.id) is stream
 
     def _shed_largest(self) -> None:
         """Past what one connection may hold: the calls holding the most end, until

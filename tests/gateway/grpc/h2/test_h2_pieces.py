@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import random
 
 import hpack
 import pytest
@@ -117,6 +118,32 @@ def test_messages_are_cut_whole_from_bytes_that_come_in_any_pieces():
         messages.feed(wire[k : k + 1])
     assert [messages.take() for _ in range(3)] == [b"one", b"two" * 100, b""]
     assert messages.ready_bytes == 0 and not messages.partial
+
+
+def test_messages_cut_at_random_points_come_out_whole_and_are_counted_while_held():
+    """Large and small messages, one after another, fed in reads cut anywhere: each
+    comes out whole, and what is held is counted, whole or not."""
+    rng = random.Random(7)
+    sent = [rng.randbytes(rng.choice([0, 3, 70_000, 300_000])) for _ in range(40)]
+    wire = b"".join(_framed(m) for m in sent)
+    messages = Messages("identity", max_bytes=1 << 20)
+    position = 0
+    while position < len(wire):
+        step = rng.choice([1, 4, 5, 6, 1000, 65_536, 262_144])
+        messages.feed(wire[position : position + step])
+        position += step
+        assert messages.buffered == min(position, len(wire))  # nothing taken yet
+    assert not messages.partial
+    assert [messages.take() for _ in sent] == sent and messages.buffered == 0
+
+
+def test_a_message_not_yet_whole_is_partial_and_cleared_at_once():
+    messages = Messages("identity", max_bytes=1 << 20)
+    messages.feed(_framed(b"x" * 100_000)[:50_000])
+    messages.feed(b"x" * 10_000)
+    assert messages.partial and messages.buffered == 60_000 and not messages.ready
+    messages.clear()
+    assert not messages.partial and messages.buffered == 0
 
 
 def test_messages_past_the_limit_or_in_an_unknown_encoding_are_refused():

@@ -4,7 +4,9 @@ the protocol, pings, or gives it a tiny window."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
+import time
 
 import grpc
 import hpack
@@ -20,14 +22,20 @@ async def _echo(request: bytes, context) -> bytes:
     return request * 10
 
 
+async def _digest(request: bytes, context) -> bytes:
+    return len(request).to_bytes(4, "big") + hashlib.sha256(request).digest()
+
+
 def run_raw(client) -> object:
     """Run the blocking `client(port)` in a thread against a fresh server."""
 
     async def run():
         server = H2Server(1 << 20, 8, 30.0, max_connections=4)
         server.add_registered_method_handlers(
-            "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(_echo)}
-        )
+            "test.Echo",
+            {"Call": grpc.unary_unary_rpc_method_handler(_echo),
+             "Digest": grpc.unary_unary_rpc_method_handler(_digest)},
+        )  # fmt: skip
         port = free_port()
         await server.start(listen("127.0.0.1", port, "gRPC"))
         try:
@@ -38,9 +46,11 @@ def run_raw(client) -> object:
     return asyncio.run(run())
 
 
-def _call_headers(encoder: hpack.Encoder, *extra: tuple[str, str]) -> bytes:
+def _call_headers(
+    encoder: hpack.Encoder, *extra: tuple[str, str], path: str = "/test.Echo/Call"
+) -> bytes:
     return encoder.encode(
-        [(":method", "POST"), (":scheme", "http"), (":path", "/test.Echo/Call"),
+        [(":method", "POST"), (":scheme", "http"), (":path", path),
          (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers"),
          *extra]
     )  # fmt: skip
@@ -140,3 +150,41 @@ def test_calls_whose_deadline_passes_as_they_arrive_are_each_answered_deadline_e
     # Each one ends once, with DEADLINE_EXCEEDED or, had it run first, OK.
     statuses = run_raw(client)
     assert len(statuses) == 8 and set(statuses) <= {"4", "0"}
+
+
+def test_a_large_padded_data_frame_arriving_read_by_read_is_one_message():
+    """A 700 KB message in one padded DATA frame, sent in pieces the server reads apart
+    (the frame's header alone, its padding's length alone, then the rest), and another
+    call's frame right behind it in the last read: both answered from whole messages."""
+    message = bytes(range(256)) * 2734 + b"end"
+    framed = b"\x00" + len(message).to_bytes(4, "big") + message
+    padding = 200
+    payload = bytes([padding]) + framed + b"\x00" * padding
+    header = f.frame(f.DATA, f.PADDED | f.END_STREAM, 1, payload)[:9]
+    small = b"\x00\x00\x00\x00\x02hi"
+
+    def client(port):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            encoder = hpack.Encoder()
+            digest = "/test.Echo/Digest"
+            sock.sendall(
+                f.PREFACE + f.settings({})
+                + f.frame(f.HEADERS, f.END_HEADERS, 1, _call_headers(encoder, path=digest))
+                + f.frame(f.HEADERS, f.END_HEADERS, 3, _call_headers(encoder, path=digest))
+            )  # fmt: skip
+            pieces = [header, payload[:1], payload[1:300_000], payload[300_000:]]
+            for piece in pieces[:-1]:
+                sock.sendall(piece)
+                time.sleep(0.05)
+            sock.sendall(pieces[-1] + f.frame(f.DATA, f.END_STREAM, 3, small))
+
+            def both(found):
+                return sum(k == f.HEADERS and bool(fl & f.END_STREAM) for k, fl, _, _ in found) == 2
+
+            return read_frames(sock, both)
+
+    frames = run_raw(client)
+    answers = {s: p[5:] for k, _, s, p in frames if k == f.DATA}
+    assert answers[1] == len(message).to_bytes(4, "big") + hashlib.sha256(message).digest()
+    assert answers[3] == (2).to_bytes(4, "big") + hashlib.sha256(b"hi").digest()
