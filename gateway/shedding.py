@@ -93,7 +93,7 @@ class LoopShedder:
         self.integral = 0.0  # the controller's integral part, a share of requests
         self.share = 0.0  # of new requests to refuse now
         self._draw = draw
-        self._clock = clock  # the loop's clock (watch() takes the running loop's)
+        self._clock = clock  # seconds, finer than a millisecond
         self.due = float("inf")  # when the next tick is due, on that clock
         self.refused = 0
         # Requests a front admitted and has not answered yet, counted by the fronts that
@@ -157,14 +157,25 @@ class LoopShedder:
             raise Overloaded(REFUSAL, retry_after_s=RETRY_AFTER_S)
 
     async def watch(self) -> None:
-        """Measure the loop's lag for as long as the server runs (a task on its loop)."""
-        loop = asyncio.get_running_loop()
-        self._clock = loop.time  # `due` is on it (uvloop's runs up to 1 ms behind)
+        """Measure the loop's lag for as long as the server runs (a task on its loop).
+
+        On the shedder's own clock, not the loop's: uvloop's counts whole milliseconds,
+        and a target of 1 ms read through it saw lags of 0, 1 or 2 ms and nothing
+        between. Its timers are as coarse (one due in 2 ms fires 1 to 2 ms on), so while
+        requests are in flight the lag is also one turn of the loop, timed: from the
+        tick to the step after it, the loop reads and runs every socket that is ready
+        -- what a request arriving now waits before it is read."""
+        clock = self._clock
         while True:
             working = self.pending > 0 or self.busy()
-            self.limit.follow(loop.time(), working)
+            self.limit.follow(clock(), working)
             calm = self.share == 0 and self.lag_s < TICK_S / 4
             tick = IDLE_TICK_S if calm and not working else TICK_S
-            due = self.due = loop.time() + tick
+            due = self.due = clock() + tick
             await asyncio.sleep(tick)
-            self.observe(loop.time() - due)
+            woke = clock()
+            late = woke - due
+            if working:
+                await asyncio.sleep(0)  # the next turn of the loop
+                late = max(late, clock() - woke)
+            self.observe(late)

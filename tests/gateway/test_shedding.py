@@ -138,7 +138,7 @@ def test_watch_sees_a_blocked_loop_and_forgets_it():
         watcher = asyncio.create_task(shedder.watch())
         await asyncio.sleep(0.02)
         time.sleep(0.05)  # the loop runs nothing else for 50 ms
-        for _ in range(3):  # the overdue tick runs
+        for _ in range(4):  # the overdue tick runs, and the turn it times after it
             await asyncio.sleep(0)
         blocked = shedder.lag_s
         await asyncio.sleep(0.3)  # free again
@@ -148,6 +148,25 @@ def test_watch_sees_a_blocked_loop_and_forgets_it():
     blocked, calm = asyncio.run(scenario())
     assert blocked > 0.03
     assert calm == 0.0
+
+
+def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
+    """uvloop's clock counts whole milliseconds (a 1 ms target read through it saw 0, 1
+    or 2 ms): the tick is due, and found late, on the shedder's clock, here one 1,000 s
+    ahead of the loop's. Read on the loop's, every tick would be 1,000 s early."""
+    import uvloop
+
+    shedder = LoopShedder(target_lag_s=0.001, clock=lambda: time.monotonic() + 1000.0)
+
+    async def scenario() -> tuple[float, float, float]:
+        watcher = asyncio.create_task(shedder.watch())
+        await asyncio.sleep(0.05)
+        watcher.cancel()
+        return shedder.due, shedder.lag_s, shedder.refusal_share()
+
+    due, lag, share = uvloop.run(scenario())
+    assert due > time.monotonic() + 999.0
+    assert lag < 0.5 and share == 0.0
 
 
 def test_nothing_is_refused_while_no_other_request_is_in_flight():
