@@ -130,7 +130,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         """Run a request; outputs it asks for in shared memory are written there."""
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
-        self.in_flight.enter()
+        self.in_flight.enter(request.model_name)
         if self.access_log:
             return await self._logged(request)
         answered = False
@@ -139,7 +139,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
             answered = True
             return response
         finally:
-            self.in_flight.leave(answered)
+            self.in_flight.leave(request.model_name, answered)
 
     async def _logged(self, request: InferRequest) -> InferResponse:
         """infer() with its access-log line: model, version, request id, status, time."""
@@ -156,7 +156,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
             status = 500
             raise
         finally:
-            self.in_flight.leave(status == 200)
+            self.in_flight.leave(request.model_name, status == 200)
             duration_ms = round((time.perf_counter() - start) * 1000, 3)
             ACCESS.info(
                 "%s %s %s %d %.3f ms", _printable(request.model_name),
@@ -183,7 +183,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
                 f"{', '.join(known)}"
             )
         idle_s = worker_settings(model.config).run_timeout_s  # between two responses
-        self.in_flight.enter()
+        self.in_flight.enter(model.name)
         try:
             async for response in stream_responses(
                 request, self.model_calls.streams, model.infer, model.name,
@@ -191,16 +191,16 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
             ):  # fmt: skip
                 yield response
         finally:
-            self.in_flight.leave()
+            self.in_flight.leave(model.name)
 
     async def _model_call(self, request: InferRequest) -> InferResponse:
         """A Python model's call to another model: part of a request already admitted, so
         it runs during a drain too (which waits for it)."""
-        self.in_flight.enter()
+        self.in_flight.enter(request.model_name)
         try:
             return await self._infer(request)
         finally:
-            self.in_flight.leave()
+            self.in_flight.leave(request.model_name)
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = await self._model(request.model_name, request.model_version)

@@ -24,38 +24,61 @@ UNLOAD_MARGIN_S = 15.0
 EXIT_CODE_WATCHDOG = 3
 
 
+class _Served:
+    """One model's part of the requests in flight."""
+
+    __slots__ = ("count", "answered", "inside_s", "since")
+
+    def __init__(self, now: float) -> None:
+        self.count = 0
+        self.answered = 0  # ever, with a result
+        self.inside_s = 0.0  # seconds its requests spent inside, ever (count's integral)
+        self.since = now
+
+    def tally(self, now: float) -> None:
+        self.inside_s += self.count * (now - self.since)
+        self.since = now
+
+
 class InFlight:
-    """The inference requests being served now."""
+    """The inference requests being served now, and for the shedder's admitted limit,
+    what each model's cost: answers and time inside (a cheap model's and a slow one's
+    mixed would tell neither's service time)."""
 
     def __init__(self) -> None:
         self.count = 0
-        # For the shedder: requests answered, and seconds spent by requests in flight
-        # (the integral of `count`), ever.
-        self.answered = 0
-        self.occupied_s = 0.0
-        self._since = time.monotonic()
+        self._models: dict[str, _Served] = {}
         self._idle: asyncio.Event | None = None  # made on first use, on the serving loop
 
-    def _tally(self) -> None:
+    def served(self) -> dict[str, tuple[int, float]]:
+        """Per model: (requests answered, seconds they and those in flight spent inside)
+        so far."""
         now = time.monotonic()
-        self.occupied_s += self.count * (now - self._since)
-        self._since = now
+        for model in self._models.values():
+            model.tally(now)
+        return {name: (m.answered, m.inside_s) for name, m in self._models.items()}
 
-    def served(self) -> tuple[int, float]:
-        """(requests answered, seconds they and those in flight spent inside) so far."""
-        self._tally()
-        return self.answered, self.occupied_s
-
-    def enter(self) -> None:
-        self._tally()
+    def enter(self, model: str = "") -> None:
+        served = self._models.get(model)
+        now = time.monotonic()
+        if served is None:
+            served = self._models[model] = _Served(now)
+        served.tally(now)
+        served.count += 1
         self.count += 1
 
-    def leave(self, answered: bool = True) -> None:
-        """One request is over; `answered`: with a result, not an error (a request
-        that failed fast says nothing of how long serving takes)."""
-        self._tally()
+    def leave(self, model: str = "", answered: bool = True) -> None:
+        """One request to `model` is over; `answered`: with a result, not an error (a
+        request that failed fast says nothing of how long serving takes)."""
+        served = self._models[model]
+        served.tally(time.monotonic())
+        served.count -= 1
+        served.answered += answered
+        if not served.count and not served.answered:
+            # (a name that never answered -- an unknown model's -- is not kept: any
+            # client could grow the table)
+            del self._models[model]
         self.count -= 1
-        self.answered += answered
         if self.count == 0 and self._idle is not None:
             self._idle.set()
 

@@ -44,7 +44,7 @@ import random
 import time
 from collections.abc import Callable
 
-from gateway.admitted_limit import AdmittedLimit
+from gateway.admitted_limit import AdmittedLimit, Served
 from gateway.scheduling.admission import Overloaded
 
 TICK_S = 0.002
@@ -76,15 +76,15 @@ class LoopShedder:
         draw: Callable[[], float] = random.random,
         busy: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
-        served: Callable[[], tuple[int, float]] | None = None,
+        served: Callable[[], Served] | None = None,
     ) -> None:
         self.target_lag_s = target_lag_s
         # Whether other requests are being served: a loop that is late with none in
         # flight is slowed by something else (a model loading, a collection), and
         # refusing the only request would not help.
         self.busy = busy
-        # Requests the fronts may hold admitted at once; `served`: the core's (answers,
-        # seconds inside) counters (InFlight.served). None: no limit.
+        # Requests the fronts may hold admitted at once; `served`: the core's counters
+        # of answers and seconds inside, per model (InFlight.served). None: no limit.
         self.limit = AdmittedLimit(LIMIT_WAIT_TARGETS * target_lag_s, served)
         self.lag_s = 0.0  # the loop's lateness at the last tick
         self._excess = 0.0  # the last tick's

@@ -138,13 +138,13 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         # Monotonic clocks differ between nodes: what is left of the deadline travels.
         wait_s = None if request.deadline is None else request.deadline - time.monotonic()
         request.deadline = None
-        self.in_flight.enter()
+        self.in_flight.enter(request.model_name)
         try:
             call = handle.infer.remote(request, wait_s)
             wait = INFER_WAIT_S if wait_s is None else max(wait_s, 0.001)
             return await self._wait(request.model_name, call, wait)
         finally:
-            self.in_flight.leave()
+            self.in_flight.leave(request.model_name)
 
     async def infer_stream(self, request: InferRequest):
         """One response per request: a decoupled model's stream is not served through

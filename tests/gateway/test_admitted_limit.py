@@ -18,13 +18,13 @@ from gateway.drain import InFlight
 
 
 class Core:
-    """InFlight.served's counters, moved by hand."""
+    """InFlight.served's counters of one model, moved by hand."""
 
     def __init__(self) -> None:
         self.answered, self.inside = 0, 0.0
 
-    def served(self) -> tuple[int, float]:
-        return self.answered, self.inside
+    def served(self) -> dict[str, tuple[int, float]]:
+        return {"m": (self.answered, self.inside)}
 
 
 def test_the_limit_is_the_answers_of_the_service_time_and_the_wait_allowed():
@@ -35,7 +35,7 @@ def test_the_limit_is_the_answers_of_the_service_time_and_the_wait_allowed():
     core.answered, core.inside = 50, 50 * 0.0002  # 5,000 a second, 0.2 ms inside each
     limit.follow(FIRST_WINDOW_S, working=True)
     assert limit.value == pytest.approx(5000 * (0.0002 + 0.004) + HEADROOM)
-    assert limit.service_s == pytest.approx(0.0002)
+    assert limit.service_s["m"] == pytest.approx(0.0002)
 
 
 def test_a_slow_model_keeps_its_closed_loop():
@@ -52,7 +52,7 @@ def test_a_slow_model_keeps_its_closed_loop():
         core.inside += 64 * length
         limit.follow(now, working=True)
         assert limit.value > 64
-    assert limit.service_s == pytest.approx(0.02, rel=0.05)
+    assert limit.service_s["m"] == pytest.approx(0.02, rel=0.05)
 
 
 def test_the_least_time_inside_is_the_service_time_later_windows_queue_on():
@@ -63,7 +63,7 @@ def test_the_least_time_inside_is_the_service_time_later_windows_queue_on():
     limit.follow(FIRST_WINDOW_S, working=True)
     core.answered, core.inside = 440, core.inside + 400 * 0.030  # queued: 30 ms each
     limit.follow(FIRST_WINDOW_S + RATE_WINDOW_S, working=True)
-    assert limit.service_s == pytest.approx(0.003)
+    assert limit.service_s["m"] == pytest.approx(0.003)
     assert limit.value == pytest.approx(4000 * (0.003 + 0.004) + HEADROOM)
 
 
@@ -77,7 +77,7 @@ def test_runs_longer_than_a_window_leave_the_limit_and_idleness_forgets_it():
     limit.follow(FIRST_WINDOW_S + RATE_WINDOW_S, working=True)  # in flight, none answered
     assert limit.value == measured
     limit.follow(FIRST_WINDOW_S + 2 * RATE_WINDOW_S, working=False)  # nothing at all
-    assert limit.value == UNMEASURED_LIMIT and limit.service_s == math.inf
+    assert limit.value == UNMEASURED_LIMIT and not limit.service_s
 
 
 def test_answers_count_as_work_though_none_was_in_flight_when_asked():
@@ -98,14 +98,43 @@ def test_no_limit_when_off_or_without_counters():
         assert limit.value == math.inf
 
 
+def test_a_cheap_models_requests_do_not_pull_a_slow_ones_service_time_down():
+    """A window of only a cheap model's answers beside a slow model's closed loop: each
+    keeps its own service time, and the slow one's 64 clients stay admitted."""
+    counts = {"slow": [0, 0.0], "cheap": [0, 0.0]}
+    limit = AdmittedLimit(wait_s=0.004, served=lambda: {m: tuple(c) for m, c in counts.items()})
+    limit.follow(0.0, working=True)
+    now = 0.0
+    for window in range(12):
+        length = FIRST_WINDOW_S if window == 0 else RATE_WINDOW_S
+        now += length
+        counts["slow"][0] += round(3200 * length)  # 64 clients, 20 ms each
+        counts["slow"][1] += 64 * length
+        if window == 3:  # a burst of the cheap model's, 0.2 ms each
+            counts["cheap"][0] += 500
+            counts["cheap"][1] += 500 * 0.0002
+        limit.follow(now, working=True)
+        assert limit.value > 64
+    assert limit.service_s["slow"] == pytest.approx(0.02, rel=0.05)
+    assert limit.service_s["cheap"] == pytest.approx(0.0002)
+
+
 def test_in_flight_counts_answers_with_a_result_and_the_time_requests_spent_inside():
     in_flight = InFlight()
-    answered, inside = in_flight.served()
-    in_flight.enter()
-    in_flight.enter()
+    in_flight.enter("m")
+    in_flight.enter("m")
     time.sleep(0.02)
-    in_flight.leave()  # answered
-    in_flight.leave(answered=False)  # failed fast: says nothing of serving's time
-    after, inside_after = in_flight.served()
-    assert after - answered == 1 and in_flight.count == 0
-    assert inside_after - inside >= 2 * 0.02 * 0.9  # two requests, 20 ms each
+    in_flight.leave("m")  # answered
+    in_flight.leave("m", answered=False)  # failed fast: says nothing of serving's time
+    [(answered, inside)] = in_flight.served().values()
+    assert answered == 1 and in_flight.count == 0
+    assert inside >= 2 * 0.02 * 0.9  # two requests, 20 ms each
+
+
+def test_a_name_that_never_answered_is_not_kept():
+    """Any client can name models that do not exist: their counters must not pile up."""
+    in_flight = InFlight()
+    for index in range(100):
+        in_flight.enter(f"missing-{index}")
+        in_flight.leave(f"missing-{index}", answered=False)
+    assert in_flight.served() == {} and in_flight.count == 0

@@ -79,7 +79,7 @@ def test_an_overdue_tick_refuses_within_the_turn_while_shedding():
 
 
 def test_past_the_limit_a_request_is_refused_at_once_whatever_the_draw():
-    shedder = LoopShedder(target_lag_s=0.002, draw=lambda: 1.0, served=lambda: (0, 0.0))
+    shedder = LoopShedder(target_lag_s=0.002, draw=lambda: 1.0, served=lambda: {})
     assert shedder.limit.value == UNMEASURED_LIMIT  # no rate yet
     shedder.pending = UNMEASURED_LIMIT - 1
     assert not shedder.refuse()  # under the limit, and the loop on time
@@ -105,7 +105,7 @@ def test_without_a_count_of_answers_nothing_is_limited():
 
 def test_off_limits_nothing_however_many_are_in_flight():
     """The default: a closed loop of any size is queued, as Triton would."""
-    shedder = LoopShedder(target_lag_s=0.0, draw=lambda: 0.0, served=lambda: (0, 0.0))
+    shedder = LoopShedder(target_lag_s=0.0, draw=lambda: 0.0, served=lambda: {})
     shedder.pending = 10_000
     assert not shedder.refuse(waiting=10_000)
 
