@@ -38,7 +38,8 @@ FIRST_WINDOW_S = 0.01
 UNMEASURED_LIMIT = 64
 
 
-Served = dict[str, tuple[int, float]]  # per model: answered, seconds inside, ever
+# Per model: its counters' epoch (new counters start at 0), answered, seconds inside.
+Served = dict[str, tuple[int, int, float]]
 
 
 class AdmittedLimit:
@@ -69,8 +70,10 @@ class AdmittedLimit:
             self._window = (began, then, worked)
             return
         served = self._served()
-        for model, (answered, inside) in served.items():
-            answered_then, inside_then = then.get(model, (0, 0.0))
+        for model, (epoch, answered, inside) in served.items():
+            epoch_then, answered_then, inside_then = then.get(model, (epoch, 0, 0.0))
+            if epoch_then != epoch:  # counted anew since the window began
+                answered_then, inside_then = 0, 0.0
             answers = answered - answered_then
             if answers > 0:
                 least = min(self.service_s.get(model, math.inf), (inside - inside_then) / answers)

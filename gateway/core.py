@@ -130,20 +130,14 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         """Run a request; outputs it asks for in shared memory are written there."""
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
-        self.in_flight.enter(request.model_name)
         if self.access_log:
             return await self._logged(request)
-        answered = False
-        try:
-            response = await self._infer(request)
-            answered = True
-            return response
-        finally:
-            self.in_flight.leave(request.model_name, answered)
+        return await self.in_flight.serve(request.model_name, self._infer(request))
 
     async def _logged(self, request: InferRequest) -> InferResponse:
         """infer() with its access-log line: model, version, request id, status, time."""
         start, status = time.perf_counter(), 200
+        token = self.in_flight.enter(request.model_name)
         try:
             return await self._infer(request)
         except GatewayError as exc:
@@ -156,7 +150,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
             status = 500
             raise
         finally:
-            self.in_flight.leave(request.model_name, status == 200)
+            self.in_flight.leave(token, status == 200)
             duration_ms = round((time.perf_counter() - start) * 1000, 3)
             ACCESS.info(
                 "%s %s %s %d %.3f ms", _printable(request.model_name),
@@ -183,24 +177,21 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
                 f"{', '.join(known)}"
             )
         idle_s = worker_settings(model.config).run_timeout_s  # between two responses
-        self.in_flight.enter(model.name)
+        token, answered = self.in_flight.enter(model.name), False
         try:
             async for response in stream_responses(
                 request, self.model_calls.streams, model.infer, model.name,
                 str(model.version), idle_s,
             ):  # fmt: skip
                 yield response
+            answered = True
         finally:
-            self.in_flight.leave(model.name)
+            self.in_flight.leave(token, answered)
 
     async def _model_call(self, request: InferRequest) -> InferResponse:
         """A Python model's call to another model: part of a request already admitted, so
         it runs during a drain too (which waits for it)."""
-        self.in_flight.enter(request.model_name)
-        try:
-            return await self._infer(request)
-        finally:
-            self.in_flight.leave(request.model_name)
+        return await self.in_flight.serve(None, self._infer(request))
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = await self._model(request.model_name, request.model_version)

@@ -20,7 +20,7 @@ import gc
 
 _TRIM_PAST = 16 << 20  # bytes let go since the last trim
 _let_go = 0
-_trim_pending = False
+_trim_on: asyncio.AbstractEventLoop | None = None  # the loop a trim waits on
 try:
     _malloc_trim = ctypes.CDLL(None).malloc_trim  # glibc's; other C libraries: nothing
 except (AttributeError, OSError):
@@ -39,20 +39,21 @@ def released(size: int) -> None:
     """`size` bytes a client made us hold were freed: past 16 MiB since the last time,
     the C heap's free pages go back to the system, once, in a turn of the event loop of
     its own (about a millisecond; never on the path of requests that finish)."""
-    global _let_go, _trim_pending
+    global _let_go, _trim_on
     _let_go += size
-    if _let_go < _TRIM_PAST or _trim_pending or _malloc_trim is None:
+    if _let_go < _TRIM_PAST or _malloc_trim is None:
         return
+    if _trim_on is not None and not _trim_on.is_closed():
+        return  # one is coming (a loop closed before it came runs none)
     try:
-        loop = asyncio.get_running_loop()
+        _trim_on = asyncio.get_running_loop()
     except RuntimeError:
         _trim()
         return
-    _trim_pending = True
-    loop.call_soon(_trim)  # after the rest of what is being let go now
+    _trim_on.call_soon(_trim)  # after the rest of what is being let go now
 
 
 def _trim() -> None:
-    global _let_go, _trim_pending
-    _let_go, _trim_pending = 0, False
+    global _let_go, _trim_on
+    _let_go, _trim_on = 0, None
     _malloc_trim(0)

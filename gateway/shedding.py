@@ -16,8 +16,12 @@ When to start: a loop that is late but no later turn after turn is serving a bou
 backlog -- a closed loop of clients, each waiting for its answer -- and refusing it would
 only turn a benchmark's waits into errors. Arrivals that outrun the loop make each turn
 longer than the last: shedding starts once the lag has grown by half over two ticks in
-a row past the target, or at once when it passes ENTER_TARGETS targets; it ends when
-the controller has come back to refusing nothing with the loop on time.
+a row past the target, or at once when it passes ENTER_TARGETS targets. It also starts
+when the lag stays past the target for LIMITED_TICKS ticks while the admitted limit
+(below) refuses requests: the limit holds the backlog steady, so the lag no longer
+grows, and the loop is still late from serving and refusing (at 27,000 calls a second,
+the lag held at 5.5 targets for ten seconds with no share refused). It ends when the
+controller has come back to refusing nothing with the loop on time.
 
 How much: the share is a controller's output, not a fixed function of the lag. A
 proportional part answers a sudden surge within a turn or two of the loop, and an
@@ -64,6 +68,7 @@ OVERDUE_ALL = 4.0  # ... and by which every request is (up to MAX_REFUSED_SHARE)
 GROWTH = 1.5  # a tick this many times later than the last: the loop falls behind
 GROWING_TICKS = 2  # ... so many in a row past the target, and shedding starts
 ENTER_TARGETS = 25.0  # a lag of so many targets starts it at once (a surge)
+LIMITED_TICKS = 5  # ticks in a row past the target with the limit refusing: it starts
 LIMIT_WAIT_TARGETS = 4.0
 RETRY_AFTER_S = 1
 REFUSAL = "the server is overloaded (more requests than it can answer soon); retry later"
@@ -90,6 +95,9 @@ class LoopShedder:
         self._excess = 0.0  # the last tick's
         self.shedding = False  # started by a growing lag, ended by the controller
         self._growing = 0  # ticks in a row whose lag grew past the target
+        self._limited = 0  # ticks in a row past the target with the limit refusing
+        self.limit_refused = 0  # requests the admitted limit refused
+        self._limit_refused_seen = 0  # ... as of the last tick
         self.integral = 0.0  # the controller's integral part, a share of requests
         self.share = 0.0  # of new requests to refuse now
         self._draw = draw
@@ -111,10 +119,19 @@ class LoopShedder:
         target = self.target_lag_s
         if target <= 0:
             return
+        limited, self._limit_refused_seen = (
+            self.limit_refused > self._limit_refused_seen,
+            self.limit_refused,
+        )
         if not self.shedding:
             growing = self.lag_s > target and self.lag_s >= GROWTH * before
             self._growing = self._growing + 1 if growing else 0
-            if self._growing < GROWING_TICKS and self.lag_s < ENTER_TARGETS * target:
+            self._limited = self._limited + 1 if limited and self.lag_s > target else 0
+            if (
+                self._growing < GROWING_TICKS
+                and self._limited < LIMITED_TICKS
+                and self.lag_s < ENTER_TARGETS * target
+            ):
                 return
             self.shedding = True
         excess = min(self.lag_s / target - 1.0, MAX_EXCESS)
@@ -122,7 +139,8 @@ class LoopShedder:
         lasting, self._excess = min(excess, self._excess), excess
         self.share = min(self.integral + KP * max(lasting, 0.0), MAX_REFUSED_SHARE)
         if self.integral == 0.0 and self.lag_s <= target:
-            self.shedding, self.share, self._excess, self._growing = False, 0.0, 0.0, 0
+            self.shedding, self.share, self._excess = False, 0.0, 0.0
+            self._growing = self._limited = 0
 
     def refusal_share(self) -> float:
         """The share of new requests to refuse now: the controller's, or more while the
@@ -143,6 +161,7 @@ class LoopShedder:
         others = self.pending + waiting - counted
         if others >= self.limit.value:
             self.refused += 1
+            self.limit_refused += 1
             return True
         share = self.refusal_share()
         if share > 0.0 and self._draw() < share and (others > 0 or self.busy()):
@@ -161,10 +180,11 @@ class LoopShedder:
 
         On the shedder's own clock, not the loop's: uvloop's counts whole milliseconds,
         and a target of 1 ms read through it saw lags of 0, 1 or 2 ms and nothing
-        between. Its timers are as coarse (one due in 2 ms fires 1 to 2 ms on), so while
-        requests are in flight the lag is also one turn of the loop, timed: from the
-        tick to the step after it, the loop reads and runs every socket that is ready
-        -- what a request arriving now waits before it is read."""
+        between. Its timers can fire up to a millisecond early, so while requests are in
+        flight the lag is also one turn of the loop, timed: from the tick to the step
+        after it, the loop reads and runs every socket that is ready -- what a request
+        arriving now waits before it is read (and while it does, that turn is how
+        overdue the loop is)."""
         clock = self._clock
         while True:
             working = self.pending > 0 or self.busy()
@@ -176,6 +196,7 @@ class LoopShedder:
             woke = clock()
             late = woke - due
             if working:
+                self.due = woke
                 await asyncio.sleep(0)  # the next turn of the loop
                 late = max(late, clock() - woke)
             self.observe(late)

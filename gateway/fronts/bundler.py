@@ -78,12 +78,10 @@ class Bundler:
         if not self._forming:
             loop.call_soon(self._send_formed)
         self._forming.setdefault(key, []).append((call, request))
-        core.in_flight.enter(request.model_name)
         try:
-            return await waiter
+            return await core.in_flight.serve(request.model_name, waiter)
         finally:  # a member whose caller left is skipped, or its answer dropped
             core._waiting.pop(call, None)
-            core.in_flight.leave(request.model_name)
             self._left(call)
 
     def _waits(self, call: int) -> bool:

@@ -151,11 +151,7 @@ class RemoteCore(SharedMemoryCalls):
                 if key is not None:
                     return await self.bundler.infer(call, key, request)
             message, arena = self._message(call, request)
-            self.in_flight.enter(request.model_name)
-            try:
-                return await self._ask(call, message, arena)
-            finally:
-                self.in_flight.leave(request.model_name)
+            return await self.in_flight.serve(request.model_name, self._ask(call, message, arena))
         finally:
             self._probes.pop(call, None)
 

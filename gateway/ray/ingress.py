@@ -138,13 +138,15 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         # Monotonic clocks differ between nodes: what is left of the deadline travels.
         wait_s = None if request.deadline is None else request.deadline - time.monotonic()
         request.deadline = None
-        self.in_flight.enter(request.model_name)
+        token, answered = self.in_flight.enter(request.model_name), False
         try:
             call = handle.infer.remote(request, wait_s)
             wait = INFER_WAIT_S if wait_s is None else max(wait_s, 0.001)
-            return await self._wait(request.model_name, call, wait)
+            response = await self._wait(request.model_name, call, wait)
+            answered = True
+            return response
         finally:
-            self.in_flight.leave(request.model_name)
+            self.in_flight.leave(token, answered)
 
     async def infer_stream(self, request: InferRequest):
         """One response per request: a decoupled model's stream is not served through

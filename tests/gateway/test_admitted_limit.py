@@ -23,8 +23,8 @@ class Core:
     def __init__(self) -> None:
         self.answered, self.inside = 0, 0.0
 
-    def served(self) -> dict[str, tuple[int, float]]:
-        return {"m": (self.answered, self.inside)}
+    def served(self) -> dict[str, tuple[int, int, float]]:
+        return {"m": (0, self.answered, self.inside)}
 
 
 def test_the_limit_is_the_answers_of_the_service_time_and_the_wait_allowed():
@@ -101,18 +101,18 @@ def test_no_limit_when_off_or_without_counters():
 def test_a_cheap_models_requests_do_not_pull_a_slow_ones_service_time_down():
     """A window of only a cheap model's answers beside a slow model's closed loop: each
     keeps its own service time, and the slow one's 64 clients stay admitted."""
-    counts = {"slow": [0, 0.0], "cheap": [0, 0.0]}
+    counts = {"slow": [0, 0, 0.0], "cheap": [1, 0, 0.0]}
     limit = AdmittedLimit(wait_s=0.004, served=lambda: {m: tuple(c) for m, c in counts.items()})
     limit.follow(0.0, working=True)
     now = 0.0
     for window in range(12):
         length = FIRST_WINDOW_S if window == 0 else RATE_WINDOW_S
         now += length
-        counts["slow"][0] += round(3200 * length)  # 64 clients, 20 ms each
-        counts["slow"][1] += 64 * length
+        counts["slow"][1] += round(3200 * length)  # 64 clients, 20 ms each
+        counts["slow"][2] += 64 * length
         if window == 3:  # a burst of the cheap model's, 0.2 ms each
-            counts["cheap"][0] += 500
-            counts["cheap"][1] += 500 * 0.0002
+            counts["cheap"][1] += 500
+            counts["cheap"][2] += 500 * 0.0002
         limit.follow(now, working=True)
         assert limit.value > 64
     assert limit.service_s["slow"] == pytest.approx(0.02, rel=0.05)
@@ -121,20 +121,47 @@ def test_a_cheap_models_requests_do_not_pull_a_slow_ones_service_time_down():
 
 def test_in_flight_counts_answers_with_a_result_and_the_time_requests_spent_inside():
     in_flight = InFlight()
-    in_flight.enter("m")
-    in_flight.enter("m")
+    first, second = in_flight.enter("m"), in_flight.enter("m")
     time.sleep(0.02)
-    in_flight.leave("m")  # answered
-    in_flight.leave("m", answered=False)  # failed fast: says nothing of serving's time
-    [(answered, inside)] = in_flight.served().values()
+    in_flight.leave(first, answered=True)
+    in_flight.leave(second, answered=False)  # failed fast: says nothing of serving's time
+    [(_, answered, inside)] = in_flight.served().values()
     assert answered == 1 and in_flight.count == 0
     assert inside >= 2 * 0.02 * 0.9  # two requests, 20 ms each
+
+
+def test_a_request_leaves_under_the_name_it_came_with():
+    """A router renames the request it passes on to its variant; the request still
+    leaves the router's count, and the count of requests in flight goes back to 0."""
+    in_flight = InFlight()
+    token = in_flight.enter("ab")
+    in_flight.enter(None)  # a Python model's call inside it: for the drain only
+    in_flight.leave(None, answered=True)
+    in_flight.leave(token, answered=True)
+    assert in_flight.count == 0 and list(in_flight.served()) == ["ab"]
 
 
 def test_a_name_that_never_answered_is_not_kept():
     """Any client can name models that do not exist: their counters must not pile up."""
     in_flight = InFlight()
     for index in range(100):
-        in_flight.enter(f"missing-{index}")
-        in_flight.leave(f"missing-{index}", answered=False)
+        in_flight.leave(in_flight.enter(f"missing-{index}"), answered=False)
     assert in_flight.served() == {} and in_flight.count == 0
+
+
+def test_counters_made_anew_within_a_window_start_from_zero():
+    """A model's only request in flight fails (its counters go), and its next answers
+    within the same window: measured from 0, not from the old counters (which gave a
+    negative service time, and a limit that refused everything)."""
+    in_flight = InFlight()
+    limit = AdmittedLimit(wait_s=0.004, served=in_flight.served)
+    slow = in_flight.enter("m")
+    limit.follow(0.0, working=True)
+    time.sleep(0.03)
+    limit.follow(FIRST_WINDOW_S, working=True)  # in flight, none answered: no part
+    time.sleep(0.02)  # the window's start now holds 50 ms inside
+    in_flight.leave(slow, answered=False)
+    in_flight.leave(in_flight.enter("m"), answered=True)  # a quick one, counted anew
+    limit.follow(FIRST_WINDOW_S + RATE_WINDOW_S, working=True)
+    assert 0.0 <= limit.service_s["m"] < 0.01
+    assert limit.value >= HEADROOM

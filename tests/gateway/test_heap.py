@@ -35,6 +35,7 @@ def test_memory_let_go_is_trimmed_once_past_16_mib_in_a_turn_of_its_own(monkeypa
     trims: list[int] = []
     monkeypatch.setattr(heap, "_malloc_trim", trims.append)
     monkeypatch.setattr(heap, "_let_go", 0)
+    monkeypatch.setattr(heap, "_trim_on", None)
 
     async def let_go() -> list[int]:
         for _ in range(16):  # a connection's 16 unfinished 4 MiB messages, cut at once
@@ -45,4 +46,23 @@ def test_memory_let_go_is_trimmed_once_past_16_mib_in_a_turn_of_its_own(monkeypa
 
     assert asyncio.run(let_go()) == [] and trims == [0]  # once, after the rest went
     heap.released(1 << 20)  # below the bound again: nothing
+    assert trims == [0]
+
+
+def test_a_trim_whose_loop_closed_before_it_ran_does_not_stop_later_ones(monkeypatch):
+    trims: list[int] = []
+    monkeypatch.setattr(heap, "_malloc_trim", trims.append)
+    monkeypatch.setattr(heap, "_let_go", 0)
+    monkeypatch.setattr(heap, "_trim_on", None)
+
+    def let_go_and_leave() -> None:
+        heap.released(32 << 20)  # its trim waits for a turn that never comes
+        loop.stop()
+
+    loop = asyncio.new_event_loop()
+    loop.call_soon(let_go_and_leave)
+    loop.run_forever()
+    loop.close()
+    assert trims == []
+    heap.released(32 << 20)  # no loop now: at once
     assert trims == [0]

@@ -14,6 +14,7 @@ from gateway.scheduling.admission import Overloaded
 from gateway.shedding import (
     ENTER_TARGETS,
     KI,
+    LIMITED_TICKS,
     MAX_EXCESS,
     MAX_REFUSED_SHARE,
     OVERDUE_ALL,
@@ -47,6 +48,24 @@ def test_a_lag_that_does_not_grow_is_a_bounded_backlog_and_refuses_nothing():
     for _ in range(100):  # a closed loop of clients: every turn as long, 4.5 targets
         shedder.observe(0.018)
     assert not shedder.shedding and shedder.refusal_share() == 0.0 and not shedder.refuse()
+
+
+def test_a_steady_lag_while_the_admitted_limit_refuses_starts_shedding():
+    """The limit holds the backlog steady, so the lag no longer grows; still late, the
+    loop is serving and refusing more than it can: the share takes the rest."""
+    shedder = LoopShedder(target_lag_s=0.004, draw=lambda: 0.0, served=lambda: {})
+    for _ in range(LIMITED_TICKS - 1):
+        shedder.pending = UNMEASURED_LIMIT
+        assert shedder.refuse()  # by the limit
+        shedder.observe(0.018)
+    assert not shedder.shedding
+    shedder.observe(0.018)  # a tick with no refusal by the limit: the count starts again
+    for _ in range(LIMITED_TICKS):
+        assert shedder.refuse()
+        shedder.observe(0.018)
+    assert shedder.shedding
+    shedder.pending = 1
+    assert shedder.refuse() and shedder.limit_refused == 2 * LIMITED_TICKS - 1
 
 
 def test_a_lag_past_the_entry_mark_starts_shedding_at_once():
@@ -152,11 +171,12 @@ def test_watch_sees_a_blocked_loop_and_forgets_it():
 
 def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
     """uvloop's clock counts whole milliseconds (a 1 ms target read through it saw 0, 1
-    or 2 ms): the tick is due, and found late, on the shedder's clock, here one 1,000 s
-    ahead of the loop's. Read on the loop's, every tick would be 1,000 s early."""
+    or 2 ms): the tick is due, and found late, on the shedder's clock, here 1,000 s
+    behind the loop's. Due on the loop's, every tick would be 1,000 s overdue; found late
+    on it, every tick would be 1,000 s late."""
     import uvloop
 
-    shedder = LoopShedder(target_lag_s=0.001, clock=lambda: time.monotonic() + 1000.0)
+    shedder = LoopShedder(target_lag_s=0.001, clock=lambda: time.monotonic() - 1000.0)
 
     async def scenario() -> tuple[float, float, float]:
         watcher = asyncio.create_task(shedder.watch())
@@ -165,7 +185,7 @@ def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
         return shedder.due, shedder.lag_s, shedder.refusal_share()
 
     due, lag, share = uvloop.run(scenario())
-    assert due > time.monotonic() + 999.0
+    assert due < time.monotonic() - 999.0
     assert lag < 0.5 and share == 0.0
 
 

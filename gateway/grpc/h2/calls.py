@@ -83,6 +83,9 @@ class Context:
         raise grpc.aio.AbortError()
 
 
+_SMALL_PART = 1 << 16  # reads smaller than this are gathered into one buffer
+
+
 class Messages:
     """The messages a call's client sends, cut from its DATA frames as they come
     (a 1-byte compressed flag, a 4-byte length, the message)."""
@@ -97,7 +100,7 @@ class Messages:
         # A message not yet whole, as its reads came (joined once it is whole: a buffer
         # grown by each read copied a 4 MiB message some eight times over), their size,
         # and the size it is whole at (its prefix's 5 bytes until the prefix is whole).
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
         self._partial = 0
         self._need = 5
         # Whole messages not yet taken, each with its size on the wire (prefix included:
@@ -108,19 +111,30 @@ class Messages:
 
     def feed(self, data: bytes) -> None:
         if self._parts:
-            self._parts.append(data)
+            parts = self._parts
+            if len(data) >= _SMALL_PART:
+                parts.append(data)
+            elif isinstance(parts[-1], bytearray):
+                parts[-1] += data  # small reads, one object (each its own: 20x the bytes)
+            else:
+                parts.append(bytearray(data))
             self._partial += len(data)
             if self._partial < self._need:
                 return
-            parts, whole = self._parts, self._partial == self._need
+            parts, extra = self._parts, self._partial - self._need
             self._parts, self._partial = [], 0
-            if whole and len(parts[0]) >= 5:
-                # Exactly one message: joined without its prefix, one copy.
+            if len(parts[0]) < 5:  # its prefix came in pieces: read afresh
+                data = b"".join(parts)
+            else:
+                # Whole: joined without its prefix, one copy; what follows it (all in
+                # the last read) is read on below.
+                last = parts[-1]
+                data = bytes(last[len(last) - extra :]) if extra else b""
+                if extra:
+                    parts[-1] = last[: len(last) - extra]
                 head = parts[0]
                 parts[0] = head[5:]
                 self._ready(b"".join(parts), self._need, head[0])
-                return
-            data = b"".join(parts)
         position, end = 0, len(data)
         while end - position >= 5:
             size = self._size(data[position : position + 5])

@@ -187,6 +187,15 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
     def data_received(self, data: bytes) -> None:
         if self._broken:
             return
+        try:
+            self._received(data)
+        except f.H2Error as exc:
+            self._fail(exc.code, str(exc))
+        except Exception:  # a fault of ours: this connection ends, the server goes on
+            log.exception("gRPC connection from %s failed", self.peer)
+            self._fail(f.INTERNAL_ERROR, "internal error")
+
+    def _received(self, data: bytes) -> None:
         if self._arriving is not None:
             data = self._data_rest(data)
             if not data or self._broken:
@@ -204,40 +213,31 @@ class Connection(ControlFrames, CallOpening, Inbound, CallTable, asyncio.Protoco
                 self._buffer = buffer
                 return
             if not buffer.startswith(f.PREFACE):
-                self._fail(f.PROTOCOL_ERROR, "not an HTTP/2 connection (gRPC needs HTTP/2)")
-                return
+                raise f.H2Error(f.PROTOCOL_ERROR, "not an HTTP/2 connection (gRPC needs HTTP/2)")
             buffer = buffer[len(f.PREFACE) :]
             self._preface = True
         position, end = 0, len(buffer)
-        try:
-            while end - position >= 9:
-                high, low, kind, flags, stream_id = f.HEADER.unpack_from(buffer, position)
-                size = (high << 8) | low
-                if size > MAX_FRAME:
-                    raise f.H2Error(f.FRAME_SIZE_ERROR, f"a frame of {size} bytes")
-                if end - position - 9 < size:
-                    if kind == f.DATA and size - (end - position - 9) > _GATHER_PAST:
-                        # (a padded frame waits for its padding's length: one byte more)
-                        if end - position > 9 or not flags & f.PADDED:
-                            first = buffer[position + 9 :]
-                            self._buffer = b""
-                            self._data_arriving(flags, stream_id & 0x7FFFFFFF, size, first)
-                            return
-                        self._buffer = buffer[position:]
+        while end - position >= 9:
+            high, low, kind, flags, stream_id = f.HEADER.unpack_from(buffer, position)
+            size = (high << 8) | low
+            if size > MAX_FRAME:
+                raise f.H2Error(f.FRAME_SIZE_ERROR, f"a frame of {size} bytes")
+            if end - position - 9 < size:
+                if kind == f.DATA and size - (end - position - 9) > _GATHER_PAST:
+                    # (a padded frame waits for its padding's length: one byte more)
+                    if end - position > 9 or not flags & f.PADDED:
+                        first = buffer[position + 9 :]
+                        self._buffer = b""
+                        self._data_arriving(flags, stream_id & 0x7FFFFFFF, size, first)
                         return
-                    break
-                payload = buffer[position + 9 : position + 9 + size]
-                position += 9 + size
-                self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
-                if self._broken:
+                    self._buffer = buffer[position:]
                     return
-        except f.H2Error as exc:
-            self._fail(exc.code, str(exc))
-            return
-        except Exception:  # a fault of ours: this connection ends, the server goes on
-            log.exception("gRPC connection from %s failed", self.peer)
-            self._fail(f.INTERNAL_ERROR, "internal error")
-            return
+                break
+            payload = buffer[position + 9 : position + 9 + size]
+            position += 9 + size
+            self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+            if self._broken:
+                return
         rest = end - position
         if rest >= 9:
             high, low = buffer[position], int.from_bytes(buffer[position + 1 : position + 3])

@@ -35,7 +35,7 @@ class Inbound:
         """A whole DATA frame."""
         message = f.strip_padding(payload, flags)
         stream = self._data_begins(flags, stream_id, len(payload), len(message))
-        if stream is not None:
+        if stream is not None and not stream.ended:
             self._data_part(stream, message)
         self._data_ends(stream, flags, len(payload))
 
@@ -104,9 +104,7 @@ class Inbound:
             self.fail_stream(stream, code)
             return None
         stream.unacked += size - message_size  # padding: credited with the stream's next
-        if stream.ended:  # answered, its answer waiting for credit: the rest is dropped
-            return None
-        return stream
+        return stream  # (one already answered, its answer waiting for credit, drops it)
 
     def _data_part(self, stream: Stream, message: bytes) -> None:
         """Message bytes of a DATA frame, all of them or one read's worth."""
@@ -124,13 +122,15 @@ class Inbound:
         """The DATA frame is whole: the client may send as many bytes again, and its
         stream goes on if it is still there."""
         self.consumed(size)
-        if stream is None or stream.ended or not self._open(stream):
+        if stream is None or not self._open(stream):
             return
-        if flags & f.END_STREAM:
+        if flags & f.END_STREAM:  # (an answered call's too: no RST_STREAM owed to it)
             stream.remote_closed = True
             if stream.arrival is not None:
                 stream.arrival.cancel()
                 stream.arrival = None
+        if stream.ended:
+            return
         if stream.handler.request_streaming:
             self.credit(stream)  # taken bytes owed while a message waits for more
             stream.wake()

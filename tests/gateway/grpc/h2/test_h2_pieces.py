@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import random
+import tracemalloc
 
 import hpack
 import pytest
@@ -135,6 +136,21 @@ def test_messages_cut_at_random_points_come_out_whole_and_are_counted_while_held
         assert messages.buffered == min(position, len(wire))  # nothing taken yet
     assert not messages.partial
     assert [messages.take() for _ in sent] == sent and messages.buffered == 0
+
+
+def test_a_message_sent_in_tiny_pieces_costs_about_its_bytes():
+    """What a connection may hold is counted in message bytes: 300,000 two-byte reads
+    held as as many objects took 22 times that."""
+    messages = Messages("identity", max_bytes=1 << 20)
+    messages.feed(_framed(b"x" * 1_000_000)[:5])
+    tracemalloc.start()
+    try:
+        for _ in range(300_000):
+            messages.feed(b"xx")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert messages.buffered == 600_005 and held < 2 * 600_000
 
 
 def test_a_message_not_yet_whole_is_partial_and_cleared_at_once():
