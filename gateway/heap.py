@@ -43,8 +43,8 @@ def released(size: int) -> None:
     _let_go += size
     if _let_go < _TRIM_PAST or _malloc_trim is None:
         return
-    if _trim_on is not None and not _trim_on.is_closed():
-        return  # one is coming (a loop closed before it came runs none)
+    if _trim_on is not None and _trim_on.is_running():
+        return  # one is coming (a loop stopped before it came runs none)
     try:
         _trim_on = asyncio.get_running_loop()
     except RuntimeError:

@@ -196,7 +196,7 @@ class LoopShedder:
             woke = clock()
             late = woke - due
             if working:
-                self.due = woke
+                self.due = min(due, woke)  # (a timer can fire early; a late one stays late)
                 await asyncio.sleep(0)  # the next turn of the loop
                 late = max(late, clock() - woke)
             self.observe(late)

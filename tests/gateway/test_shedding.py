@@ -68,6 +68,15 @@ def test_a_steady_lag_while_the_admitted_limit_refuses_starts_shedding():
     assert shedder.refuse() and shedder.limit_refused == 2 * LIMITED_TICKS - 1
 
 
+def test_the_limit_refusing_while_the_loop_is_on_time_starts_nothing():
+    shedder = LoopShedder(target_lag_s=0.004, draw=lambda: 0.0, served=lambda: {})
+    for _ in range(10 * LIMITED_TICKS):
+        shedder.pending = UNMEASURED_LIMIT
+        assert shedder.refuse()  # by the limit: a closed loop past it, say
+        shedder.observe(0.004)  # at the target, not past it
+    assert not shedder.shedding
+
+
 def test_a_lag_past_the_entry_mark_starts_shedding_at_once():
     shedder = LoopShedder(target_lag_s=0.004)
     shedder.observe(0.004 * ENTER_TARGETS)
@@ -172,8 +181,8 @@ def test_watch_sees_a_blocked_loop_and_forgets_it():
 def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
     """uvloop's clock counts whole milliseconds (a 1 ms target read through it saw 0, 1
     or 2 ms): the tick is due, and found late, on the shedder's clock, here 1,000 s
-    behind the loop's. Due on the loop's, every tick would be 1,000 s overdue; found late
-    on it, every tick would be 1,000 s late."""
+    behind the loop's. Due on the loop's, the tick would sit 1,000 s ahead of the clock
+    the overdue check reads; found late on it, every tick would be 1,000 s late."""
     import uvloop
 
     shedder = LoopShedder(target_lag_s=0.001, clock=lambda: time.monotonic() - 1000.0)

@@ -128,9 +128,10 @@ class Messages:
             else:
                 # Whole: joined without its prefix, one copy; what follows it (all in
                 # the last read) is read on below.
-                last = parts[-1]
-                data = bytes(last[len(last) - extra :]) if extra else b""
-                if extra:
+                data = b""
+                if extra:  # (views: the message's share of the last read is joined once)
+                    last = memoryview(parts[-1])
+                    data = bytes(last[len(last) - extra :])
                     parts[-1] = last[: len(last) - extra]
                 head = parts[0]
                 parts[0] = head[5:]

@@ -310,3 +310,27 @@ def test_a_call_answered_while_its_client_sends_on_holds_nothing(running):
     ended = [dict(decoder.decode(p)) for k, fl, s, p in frames if k == f.HEADERS and s != 1]
     assert ended and ended[0]["grpc-status"] == "8"
     assert held <= bound
+
+
+def test_a_call_answered_before_its_client_ended_it_gets_no_reset_once_it_does(running):
+    """Its answer waits for credit (a window of 0); the client then ends its side
+    (END_STREAM, empty or with bytes the answered call drops) and gives credit: the
+    trailers go, and no RST_STREAM after them (the stream is closed both ways)."""
+    for last in (b"", MESSAGE):
+        encoder = hpack.Encoder()
+        with socket.create_connection(("127.0.0.1", running.port)) as sock:
+            sock.sendall(
+                opening() + f.settings({f.INITIAL_WINDOW_SIZE: 0})
+                + f.frame(f.HEADERS, f.END_HEADERS, 1, call_headers(encoder, "/test.Echo/Once"))
+                + f.frame(f.DATA, 0, 1, MESSAGE)
+            )  # fmt: skip
+            time.sleep(0.3)  # answered, its answer held
+            sock.sendall(f.frame(f.DATA, f.END_STREAM, 1, last))
+            time.sleep(0.2)
+            sock.sendall(f.window_update(1, 1 << 20))
+            frames = read_frames(sock, lambda found: _ended(found) >= 1)
+            sock.sendall(f.frame(f.PING, 0, 0, b"whatnext"))  # its ACK comes after any reset
+            frames += read_frames(sock, lambda found: any(k == f.PING for k, *_ in found))
+        assert _ended(frames) == 1
+        assert not [k for k, _, s, _ in frames if k == f.RST_STREAM and s == 1]
+        assert running.held() == 0
