@@ -19,6 +19,7 @@ from gateway.shedding import (
     MAX_REFUSED_SHARE,
     OVERDUE_ALL,
     OVERDUE_FROM,
+    TICK_S,
     LoopShedder,
 )
 
@@ -196,6 +197,34 @@ def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
     due, lag, share = uvloop.run(scenario())
     assert due < time.monotonic() - 999.0
     assert lag < 0.5 and share == 0.0
+
+
+def test_the_first_request_wakes_an_idle_watch_and_it_ticks_while_requests_come():
+    """Idle, the watch sleeps 50 ms; a surge that began in that sleep went unseen for
+    60 ms. `simple` runs inline, so no request is in flight at any tick: the requests
+    asked about since the last tick keep it ticking."""
+    shedder = LoopShedder(target_lag_s=0.001, busy=lambda: False)
+
+    async def scenario() -> tuple[float, float, float]:
+        watcher = asyncio.create_task(shedder.watch())
+        await asyncio.sleep(0.01)
+        idle = shedder.due - time.monotonic()
+        shedder.refuse()  # a request
+        for _ in range(3):
+            await asyncio.sleep(0)
+        woken, tick_due = shedder.due - time.monotonic(), shedder.due
+        shedder.refuse()  # another, before that tick
+        for _ in range(200):  # until the tick has come and the next is set
+            if shedder.due > tick_due:
+                break
+            await asyncio.sleep(0.0005)
+        ticking = shedder.due - time.monotonic()
+        watcher.cancel()
+        return idle, woken, ticking
+
+    idle, woken, ticking = asyncio.run(scenario())
+    assert idle > 1.0  # not ticking: nothing is overdue
+    assert woken <= TICK_S and ticking <= TICK_S
 
 
 def test_nothing_is_refused_while_no_other_request_is_in_flight():
