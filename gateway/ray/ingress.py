@@ -138,15 +138,11 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         # Monotonic clocks differ between nodes: what is left of the deadline travels.
         wait_s = None if request.deadline is None else request.deadline - time.monotonic()
         request.deadline = None
-        token, answered = self.in_flight.enter(request.model_name), False
-        try:
-            call = handle.infer.remote(request, wait_s)
-            wait = INFER_WAIT_S if wait_s is None else max(wait_s, 0.001)
-            response = await self._wait(request.model_name, call, wait)
-            answered = True
-            return response
-        finally:
-            self.in_flight.leave(token, answered)
+        call = handle.infer.remote(request, wait_s)
+        wait = INFER_WAIT_S if wait_s is None else max(wait_s, 0.001)
+        return await self.in_flight.serve(
+            request.model_name, self._wait(request.model_name, call, wait)
+        )
 
     async def infer_stream(self, request: InferRequest):
         """One response per request: a decoupled model's stream is not served through

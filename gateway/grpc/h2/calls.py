@@ -136,17 +136,17 @@ class Messages:
                 head = parts[0]
                 parts[0] = head[5:]
                 self._ready(b"".join(parts), self._need, head[0])
-        position, end = 0, len(data)
+        position, end, need = 0, len(data), 5  # (5: the next prefix is not whole)
         while end - position >= 5:
             size = self._size(data[position : position + 5])
             if end - position < 5 + size:
+                need = 5 + size
                 break
             self._ready(data[position + 5 : position + 5 + size], 5 + size, data[position])
             position += 5 + size
         if position < end:
             rest = data[position:] if position else data
-            self._parts, self._partial = [rest], len(rest)
-            self._need = 5 + self._size(rest[:5]) if len(rest) >= 5 else 5
+            self._parts, self._partial, self._need = [rest], len(rest), need
 
     def _size(self, prefix: bytes) -> int:
         """The size a message's prefix declares, checked."""

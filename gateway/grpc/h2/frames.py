@@ -91,12 +91,19 @@ def goaway(last_stream: int, code: int, message: str = "") -> bytes:
     return frame(GOAWAY, 0, 0, _GOAWAY.pack(last_stream, code) + message.encode()[:256])
 
 
+def padding(pad_length: int, size: int) -> int:
+    """A PADDED frame's padding, from its first byte, checked against its size."""
+    if pad_length >= size:
+        raise H2Error(PROTOCOL_ERROR, "padding as long as the frame")
+    return pad_length
+
+
 def strip_padding(payload: bytes, flags: int) -> bytes:
     """The payload without its padding (PADDED) and priority fields (HEADERS only)."""
     if flags & PADDED:
-        if not payload or payload[0] >= len(payload):
+        if not payload:
             raise H2Error(PROTOCOL_ERROR, "padding as long as the frame")
-        payload = payload[1 : len(payload) - payload[0]]
+        payload = payload[1 : len(payload) - padding(payload[0], len(payload))]
     return payload
 
 

@@ -46,16 +46,14 @@ class Inbound:
         A padded frame needs its first byte (the padding's length) in `first`."""
         if self._continued is not None:
             raise f.H2Error(f.PROTOCOL_ERROR, "a header block was interrupted")
-        padding = 0
+        length_byte, padding = 0, 0  # a padded frame's first byte says its padding
         if flags & f.PADDED:
-            padding = first[0]
-            if padding >= size:
-                raise f.H2Error(f.PROTOCOL_ERROR, "padding as long as the frame")
+            length_byte, padding = 1, f.padding(first[0], size)
             first = first[1:]
-        message_size = size - int(bool(flags & f.PADDED)) - padding
+        message_size = size - length_byte - padding
         stream = self._data_begins(flags, stream_id, size, message_size)
         self._arriving = (stream, flags, size)
-        self._arriving_left = size - len(first) - int(bool(flags & f.PADDED))
+        self._arriving_left = size - length_byte - len(first)
         self._arriving_message = message_size
         self._data_piece(first)
 
