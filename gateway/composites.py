@@ -42,3 +42,32 @@ def find_cycle(
         return None
 
     return visit(start, members(config), [start])
+
+
+def dependents_to_unload(
+    name: str, loaded: list[str], members_of: Callable[[str], list[str]]
+) -> list[str]:
+    """What `unload_dependents` takes down with `name`: the loaded models it is made of,
+    through every level, less those a loaded model outside the unload still uses (its
+    other users would break). In unload order: a composite before its members.
+    `members_of` says what a loaded model is made of."""
+    order: list[str] = []
+    reached = {name}
+    queue = [name]
+    while queue:
+        for member in members_of(queue.pop(0)):
+            if member not in reached and member in loaded:
+                reached.add(member)
+                order.append(member)
+                queue.append(member)
+    # A member kept for another user keeps its own members too: repeat until none changes.
+    kept = True
+    while kept:
+        kept = False
+        for member in list(order):
+            users = (m for m in loaded if m not in reached and member in members_of(m))
+            if next(users, None) is not None:
+                reached.discard(member)
+                order.remove(member)
+                kept = True
+    return order

@@ -250,9 +250,19 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
                 ) from None
         await self.repository.load(name, config_json)
 
-    async def unload_model(self, name: str, token: str | None) -> None:
+    async def unload_model(
+        self, name: str, token: str | None, parameters: dict[str, Any] | None = None
+    ) -> None:
+        """Unload a model; with the parameter `unload_dependents` true, also the models it
+        is made of (an ensemble's steps, a router's variants) that nothing else loaded uses."""
         self.check_admin(token)
-        await self.repository.unload(name)
+        parameters = parameters or {}
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidArgument(
+                f"unload parameter 'unload_dependents' must be true or false, got {dependents!r}"
+            )
+        await self.repository.unload(name, dependents=dependents)
 
 
 def _printable(text: str) -> str:

@@ -27,7 +27,7 @@ from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway import heap
-from gateway.composites import find_cycle
+from gateway.composites import dependents_to_unload, find_cycle, members
 from gateway.drain import DEFAULT_DRAIN_SECONDS
 from gateway.ensemble.loading import load_ensemble
 from gateway.ensemble.plan import is_ensemble
@@ -472,16 +472,42 @@ class ModelRepository:
         check_config(config)
         return config
 
-    async def unload(self, name: str) -> None:
-        before = self._loaded(name)
+    async def unload(self, name: str, dependents: bool = False) -> None:
+        """Unload a model's versions; with `dependents`, then the models it is made of that
+        no other loaded model uses (Triton's `unload_dependents`), composites first."""
+        names = [name]
+        if dependents:
+            loaded = [n for n, e in self.models.items() if e.ready_versions()]
+            names += dependents_to_unload(name, loaded, self._members_loaded)
+        before = [self._loaded(n) for n in names]
         # Shielded like a load: a cancelled caller must not leave versions UNLOADING.
-        unloading = asyncio.ensure_future(self._unload(name))
+        unloading = asyncio.ensure_future(self._unload_in_order(names))
         unloading.add_done_callback(_retrieved)
         try:
             await asyncio.shield(unloading)
         finally:
-            if self._loaded(name) != before:
+            if [self._loaded(n) for n in names] != before:
                 self._settle()
+
+    async def _unload_in_order(self, names: list[str]) -> None:
+        failure = None
+        for name in names:
+            try:
+                await self._unload(name)
+            except Exception as exc:  # the members after it are unloaded all the same
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _members_loaded(self, name: str) -> list[str]:
+        """What the loaded versions of a model are made of (their configs as loaded)."""
+        entry = self.models.get(name)
+        states = entry.versions.values() if entry is not None else []
+        found: list[str] = []
+        for state in states:
+            if state.model is not None:
+                found += [m for m in members(state.model.config) if m not in found]
+        return found
 
     def _settle(self) -> None:
         """Collect and freeze the heap (gateway/heap.py) after what is loaded changed: at

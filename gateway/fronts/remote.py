@@ -196,8 +196,8 @@ class RemoteCore(SharedMemoryCalls):
     async def load_model(self, name: str, token: str | None, parameters: Any = None) -> None:
         await self._call("load_model", name, token, parameters)
 
-    async def unload_model(self, name: str, token: str | None) -> None:
-        await self._call("unload_model", name, token)
+    async def unload_model(self, name: str, token: str | None, parameters: Any = None) -> None:
+        await self._call("unload_model", name, token, parameters)
 
     async def log_settings_dict(self) -> dict[str, Any]:
         """The model host's logging (the fronts log little of their own)."""

@@ -280,7 +280,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def RepositoryModelUnload(self, request, context):
-        await self.core.unload_model(request.model_name, _token(context))
+        parameters = {key: parameter_value(value) for key, value in request.parameters.items()}
+        await self.core.unload_model(request.model_name, _token(context), parameters)
         return pb.RepositoryModelUnloadResponse()
 
 

@@ -163,8 +163,9 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
 
     @app.post("/v2/repository/models/{name}/unload")
     async def unload(request: Request, name: str) -> Response:
-        fields.parameters(await read_json(request, max_body_bytes), "the unload request")
-        await core.unload_model(name, bearer_token(request))
+        body = await read_json(request, max_body_bytes)
+        parameters = fields.parameters(body, "the unload request")
+        await core.unload_model(name, bearer_token(request), parameters)
         return Response(status_code=200)
 
     # ---- system shared memory --------------------------------------------------------

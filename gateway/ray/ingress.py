@@ -233,7 +233,7 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
     async def load_model(self, name: str, token: str | None, parameters: Any = None) -> None:
         self.check_admin(token)
 
-    async def unload_model(self, name: str, token: str | None) -> None:
+    async def unload_model(self, name: str, token: str | None, parameters: Any = None) -> None:
         self.check_admin(token)
 
 

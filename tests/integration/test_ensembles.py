@@ -163,3 +163,43 @@ def test_a_step_whose_input_the_request_left_out_fails_it_not_the_server(server)
     assert failed.value.status() == "400"
     assert "reads IMAGE, which this request did not give" in failed.value.message()
     assert http.is_server_live()
+
+
+def ready_models(http) -> set[str]:
+    return {row["name"] for row in http.get_model_repository_index() if row.get("state") == "READY"}
+
+
+def test_unload_dependents_takes_the_members_nothing_else_uses(server):
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    assert "model_repository(unload_dependents)" in http.get_server_metadata()["extensions"]
+    http.load_model("optional_pipeline")  # made of the same three models as digits_pipeline
+    try:
+        # Its members stay: digits_pipeline, loaded, still uses them.
+        grpc.unload_model("optional_pipeline", unload_dependents=True)
+        assert {"digits", *PIPELINE} <= ready_models(http)
+        assert "optional_pipeline" not in ready_models(http)
+        http.unload_model("digits_pipeline", unload_dependents=True)
+        assert not {"digits", *PIPELINE} & ready_models(http)
+    finally:
+        http.load_model("digits_pipeline")  # and with it its members, for the tests after
+    assert {"digits", *PIPELINE} <= ready_models(http)
+
+
+def test_unload_without_dependents_leaves_the_members(server):
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    http.load_model("optional_pipeline")
+    http.unload_model("optional_pipeline")
+    assert {"digits", *PIPELINE} <= ready_models(http)
+    assert "optional_pipeline" not in ready_models(http)
+
+
+def test_unload_dependents_must_be_a_boolean(server):
+    import httpx
+
+    answer = httpx.post(
+        f"http://{server.http_url}/v2/repository/models/optional_pipeline/unload",
+        json={"parameters": {"unload_dependents": "yes"}},
+    )
+    assert answer.status_code == 400
+    assert "'unload_dependents' must be true or false" in answer.json()["error"]
