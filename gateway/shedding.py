@@ -214,8 +214,10 @@ class LoopShedder:
             self.observe(late)
 
     async def _sleep_idle(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Sleep IDLE_TICK_S, or until a request is asked about."""
-        self.due = float("inf")  # (not ticking: nothing is overdue)
+        """Sleep IDLE_TICK_S, or until a request is asked about. The idle tick keeps a
+        real due time: a stall while idle (a collection, a load) is measured, and the
+        requests it piled up can be refused as overdue in the turn that reads them."""
+        due = self.due = self._clock() + IDLE_TICK_S
         self._idle_wait = loop.create_future()
         timer = loop.call_later(IDLE_TICK_S, self._wake)
         try:
@@ -223,7 +225,7 @@ class LoopShedder:
         finally:
             timer.cancel()
             self._idle_wait = None
-        self.observe(0.0)
+        self.observe(max(self._clock() - due, 0.0))  # woken early by a request: on time
 
     def _wake(self) -> None:
         if self._idle_wait is not None and not self._idle_wait.done():
