@@ -23,6 +23,7 @@ from gateway.shedding import (
     TICK_S,
     LoopShedder,
 )
+from tests.clocks import FakeClock
 
 
 def test_a_growing_lag_starts_shedding_and_the_share_rises_then_falls_once_on_time():
@@ -162,14 +163,19 @@ def test_off_refuses_nothing():
 
 
 def test_watch_sees_a_blocked_loop_and_forgets_it():
-    shedder = LoopShedder(target_lag_s=0.003)
+    # The shedder's clock moves only when the test says: after the 50 ms block, every
+    # tick is on time by it, however busy this machine is.
+    clock = FakeClock()
+    shedder = LoopShedder(target_lag_s=0.003, clock=clock)
 
     async def scenario() -> tuple[float, float]:
         watcher = asyncio.create_task(shedder.watch())
         await asyncio.sleep(0.02)
-        time.sleep(0.05)  # the loop runs nothing else for 50 ms
-        for _ in range(4):  # the overdue tick runs, and the turn it times after it
-            await asyncio.sleep(0)
+        clock.advance(0.05)  # the loop ran nothing else for 50 ms
+        for _ in range(200):  # until the overdue tick has run
+            if shedder.lag_s > 0:
+                break
+            await asyncio.sleep(0.001)
         blocked = shedder.lag_s
         await asyncio.sleep(0.3)  # free again
         watcher.cancel()
@@ -187,7 +193,8 @@ def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
     the overdue check reads; found late on it, every tick would be 1,000 s late."""
     import uvloop
 
-    shedder = LoopShedder(target_lag_s=0.001, clock=lambda: time.monotonic() - 1000.0)
+    # (A target of 100 ms: what is checked is the clock, not this machine's stalls.)
+    shedder = LoopShedder(target_lag_s=0.1, clock=lambda: time.monotonic() - 1000.0)
 
     async def scenario() -> tuple[float, float, float]:
         watcher = asyncio.create_task(shedder.watch())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,19 +10,20 @@ import pytest
 
 from accel_base.errors import Unavailable
 
-Refusal = tuple[Unavailable, float]  # the error, and seconds from the burst's start
+Refusal = tuple[Unavailable, Any]  # the error, and `mark()` when it came
 
 
 async def _burst(
-    infer: Callable[[Any], Awaitable[Any]], requests: list[Any]
+    infer: Callable[[Any], Awaitable[Any]], requests: list[Any], mark: Callable[[], Any]
 ) -> tuple[list[Any], list[Refusal]]:
-    began = time.monotonic()
+    """`mark`: what to note at each refusal, e.g. how many runs the backend had made
+    (a refusal "at once" is one before any of the burst ran)."""
 
     async def timed(request: Any) -> Any:
         try:
             return await infer(request)
         except Unavailable as exc:
-            return exc, time.monotonic() - began
+            return exc, mark()
 
     results = await asyncio.gather(*(timed(r) for r in requests))
     refused = [r for r in results if isinstance(r, tuple)]
@@ -32,5 +32,5 @@ async def _burst(
 
 @pytest.fixture
 def burst() -> Callable[..., Awaitable[tuple[list[Any], list[Refusal]]]]:
-    """`await burst(infer, requests)`: every request at once; (answers, refusals)."""
+    """`await burst(infer, requests, mark)`: every request at once; (answers, refusals)."""
     return _burst

@@ -24,6 +24,7 @@ from gateway.scheduling.admission import (
 )
 from gateway.statistics import ModelStatistics
 from gateway.validation import RequestRules
+from tests.clocks import runs_take
 
 
 def test_the_predicted_wait_counts_busy_instances_and_queued_rows():
@@ -166,13 +167,15 @@ class SleepingBackend(Backend):
         pass
 
 
-def direct(backend: Backend, budget_ms: float) -> DirectScheduler:
+def direct(backend: Backend, budget_ms: float, run_ns: int | None = None) -> DirectScheduler:
+    """`run_ns`: what every run measures (None: this machine's clock)."""
     config = text_format.Parse(
         'name: "m" input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] '
         'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]',
         mc.ModelConfig(),
     )
-    pool = InstancePool([Instance(backend, "i0", cores=2)], "m")
+    timed = {} if run_ns is None else {"clock_ns": runs_take(run_ns)}
+    pool = InstancePool([Instance(backend, "i0", cores=2, **timed)], "m")
     return DirectScheduler(
         pool, RequestRules.from_config(config), {"y": "FP32"}, ModelStatistics("m", "1"),
         max_queue_size=1000, queue_budget_ms=budget_ms,
@@ -185,19 +188,20 @@ def one(value: float, **parameters) -> InferRequest:
 
 
 def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
-    backend = SleepingBackend(0.005)
-    scheduler = direct(backend, budget_ms=150)  # more than EXEMPT_PER_INSTANCE runs
+    backend = SleepingBackend(0.0)
+    # Runs of 5 ms by the instance's clock; more than EXEMPT_PER_INSTANCE runs in 150 ms.
+    scheduler = direct(backend, budget_ms=150, run_ns=5_000_000)
 
     async def scenario():
         for _ in range(2):  # the second run measures the service time (a first is left out)
             await scheduler.infer(one(0))
-        return await burst(scheduler.infer, [one(v) for v in range(80)])
+        return await burst(scheduler.infer, [one(v) for v in range(80)], lambda: backend.runs)
 
     served, refused = asyncio.run(scenario())
     assert all(isinstance(exc, Overloaded) for exc, _ in refused)
-    # 150 ms of 5 ms runs: about thirty admitted, the rest refused without waiting.
-    assert 15 <= len(served) <= 45 and len(refused) == 80 - len(served)
-    assert max(seconds for _, seconds in refused) < 0.05
+    # 150 ms of 5 ms runs: thirty admitted, the rest refused before any of them ran.
+    assert 29 <= len(served) <= 31 and len(refused) == 80 - len(served)
+    assert {runs for _, runs in refused} == {2}
     assert backend.runs == 2 + len(served)
     assert scheduler.stats.as_dict()["inference_stats"]["fail"]["count"] == len(refused)
 

@@ -10,14 +10,15 @@ import pytest
 from backends.base import Backend, TensorSpec
 from gateway.scheduling.instances import INLINE_BELOW_NS, Instance
 from gateway.scheduling.pool import InstancePool
+from tests.clocks import runs_take
 
 
 class RecordingBackend(Backend):
-    """Records the thread each run happens on; sleeps to simulate a slow model."""
+    """Records the thread each run happens on; a run may wait for a gate the test opens."""
 
-    def __init__(self, inline: bool, sleep_s: float = 0.0) -> None:
+    def __init__(self, inline: bool, gate: threading.Event | None = None) -> None:
         self.inline = inline
-        self.sleep_s = sleep_s
+        self.gate = gate
         self.threads: list[str] = []
 
     def inline_capable(self) -> bool:  # type: ignore[override]
@@ -30,9 +31,8 @@ class RecordingBackend(Backend):
         return [TensorSpec("x", "FP32", (-1,))]
 
     def run(self, inputs, output_names):
-        import time
-
-        time.sleep(self.sleep_s)
+        if self.gate is not None:
+            self.gate.wait(10)
         self.threads.append(threading.current_thread().name)
         return inputs
 
@@ -54,22 +54,33 @@ def run_times(instance: Instance, count: int) -> None:
 
 def test_fast_inline_backend_moves_onto_the_event_loop():
     backend = RecordingBackend(inline=True)
-    instance = Instance(backend, "fast", cores=2)
+    instance = Instance(backend, "fast", cores=2, clock_ns=runs_take(INLINE_BELOW_NS // 20))
 
     run_times(instance, 30)
     threads = list(backend.threads)
     instance.close()
     assert threads[0].startswith("fast")  # the first run measures, on its thread
-    # Once the moving average is under the threshold, runs move to the loop's thread
-    # (a rare slow run on a loaded machine may send a few back for a while).
-    inline = sum(name == threading.main_thread().name for name in threads[-20:])
-    assert inline >= 10
+    # Its run time is under the threshold: every run after it is on the loop's thread.
+    assert threads[1:] == [threading.main_thread().name] * 29
 
 
-@pytest.mark.parametrize(("inline", "sleep_s"), [(False, 0.0), (True, 2 * INLINE_BELOW_NS / 1e9)])
-def test_slow_or_incapable_backend_stays_on_its_thread(inline, sleep_s):
-    backend = RecordingBackend(inline=inline, sleep_s=sleep_s)
-    instance = Instance(backend, "slow", cores=2)
+def test_a_slow_run_sends_an_inline_backend_back_to_its_thread():
+    backend = RecordingBackend(inline=True)
+    times = iter([0, 5_000, 0, 5_000, 0, 50 * INLINE_BELOW_NS, 0, 5_000])
+    instance = Instance(backend, "mixed", cores=2, clock_ns=lambda: next(times))
+
+    run_times(instance, 4)
+    threads = list(backend.threads)
+    instance.close()
+    main = threading.main_thread().name
+    # Measured on the thread; inline; a 5 ms run (inline); its average sends the next back.
+    assert [name == main for name in threads] == [False, True, True, False]
+
+
+@pytest.mark.parametrize(("inline", "run_ns"), [(False, 1_000), (True, 2 * INLINE_BELOW_NS)])
+def test_slow_or_incapable_backend_stays_on_its_thread(inline, run_ns):
+    backend = RecordingBackend(inline=inline)
+    instance = Instance(backend, "slow", cores=2, clock_ns=runs_take(run_ns))
 
     run_times(instance, 3)
     threads = list(backend.threads)
@@ -103,10 +114,11 @@ def test_pool_hands_instances_out_in_arrival_order_and_skips_cancelled_waiters()
 
 
 def test_instance_of_a_cancelled_caller_is_free_only_when_its_run_ends():
-    backend = RecordingBackend(inline=False, sleep_s=0.2)
+    gate = threading.Event()
+    backend = RecordingBackend(inline=False, gate=gate)
     pool = InstancePool([Instance(backend, "busy", cores=2)])
 
-    async def go():
+    async def go() -> tuple[bool, bool]:
         async def use():
             instance = await pool.acquire()
             try:
@@ -115,24 +127,26 @@ def test_instance_of_a_cancelled_caller_is_free_only_when_its_run_ends():
                 pool.release(instance)
 
         first = asyncio.create_task(use())
-        await asyncio.sleep(0.05)
+        for _ in range(3):  # until the run is on the instance's thread
+            await asyncio.sleep(0)
         first.cancel()  # the run goes on in the instance's thread
-        await asyncio.sleep(0)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        instance = await pool.acquire()
-        waited = loop.time() - start
+        next_caller = asyncio.create_task(pool.acquire())
+        await asyncio.sleep(0.05)
+        free_while_running = next_caller.done()
+        gate.set()  # the orphaned run ends
+        instance = await asyncio.wait_for(next_caller, 10)
+        ran = len(backend.threads)
         pool.release(instance)
         pool.close()
-        return waited
+        return free_while_running, ran == 1
 
-    assert run(go()) >= 0.1  # the next caller waited for the orphaned run to finish
+    assert run(go()) == (False, True)  # the next caller waited for the orphaned run to end
 
 
 def test_a_single_core_process_runs_longer_runs_inline():
     # 200 us runs: too long to run inline with two cores, short enough with one.
-    backend = RecordingBackend(inline=True, sleep_s=2 * INLINE_BELOW_NS / 1e9)
-    instance = Instance(backend, "one", cores=1)
+    backend = RecordingBackend(inline=True)
+    instance = Instance(backend, "one", cores=1, clock_ns=runs_take(2 * INLINE_BELOW_NS))
 
     run_times(instance, 3)
     threads = list(backend.threads)
