@@ -85,9 +85,15 @@ def test_copies_answered_together_compare_one_loop_turn_each():
     async def scenario():
         shadow = Shadow("batched", "", 1.0, 1e-3, 1e-5)
         answered = asyncio.Event()
+        waiting = 0
+        all_waiting = asyncio.Event()
 
         class Batched:  # every copy answered by one event, as a batch would be
             async def infer(self, request: InferRequest) -> InferResponse:
+                nonlocal waiting
+                waiting += 1
+                if waiting == 8:
+                    all_waiting.set()
                 await answered.wait()
                 return response([0.1, 0.9])
 
@@ -97,7 +103,7 @@ def test_copies_answered_together_compare_one_loop_turn_each():
         shadows = Shadows([shadow], 16, resolve)
         for _ in range(8):
             shadows.send(shadows.take(request()), response([0.1, 0.9]))
-        await asyncio.sleep(0.01)  # every copy waits for its batch
+        await asyncio.wait_for(all_waiting.wait(), 10)  # every copy waits for its batch
 
         turns = []  # how many comparisons had been made at each turn of the loop
 

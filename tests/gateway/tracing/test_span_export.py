@@ -101,6 +101,14 @@ def names() -> list[str]:
     ]
 
 
+async def received(count: int, timeout_s: float = 10.0) -> None:
+    """Until the collector holds `count` spans; at most `timeout_s` (then the caller's
+    assertion tells what came)."""
+    deadline = time.monotonic() + timeout_s
+    while len(names()) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def export(url: str, **batching) -> SpanExport:
     return SpanExport(Destination(url), Batching(**batching))
 
@@ -110,10 +118,7 @@ def test_a_full_batch_leaves_at_once_and_close_sends_the_rest(collector: str) ->
         processor = export(collector, max_export_batch_size=4, schedule_delay_millis=60_000)
         for span in spans(6):
             processor.on_end(span)
-        for _ in range(100):  # the first four go without waiting the schedule's minute
-            await asyncio.sleep(0.01)
-            if len(names()) == 4:
-                break
+        await received(4)  # the first four go without waiting the schedule's minute
         assert names() == [f"span {i}" for i in range(1, 5)]
         await processor.close()
         assert names() == [f"span {i}" for i in range(1, 7)]
@@ -127,7 +132,7 @@ def test_the_schedule_sends_what_waits(collector: str) -> None:
         processor = export(collector, schedule_delay_millis=20)
         for span in spans(3):
             processor.on_end(span)
-        await asyncio.sleep(0.5)
+        await received(3)  # a batch short of full: the schedule sends it
         assert len(names()) == 3
         headers = Collector.received[0][0]
         assert headers["content-type"] == "application/x-protobuf"
