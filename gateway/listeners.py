@@ -18,6 +18,7 @@ from gateway.http.app import create_app
 from gateway.http.early_refusal import protocol_for
 from gateway.http.infer_route import with_infer_route
 from gateway.http.timeouts import timed_protocol
+from gateway.interface import Core
 from gateway.limits import ConnectionLimits
 
 
@@ -74,7 +75,7 @@ def uvicorn_server(
         # uvicorn's messages go to the root logger, in the server's format (--log-format).
         log_config=None,
         log_level="warning",
-        timeout_keep_alive=limits.keep_alive_s,
+        timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # (a float works)
         # Not behind a proxy by default, and per-response headers nobody reads cost time.
         proxy_headers=False,
         server_header=False,
@@ -92,7 +93,7 @@ class Listeners:
     """HTTP and gRPC around `core`: `bind()` (a port in use is one clear error before
     anything starts), `start()`, `set_serving()`, then `stop()`."""
 
-    def __init__(self, core: Any, options: Any, reuse_port: bool = False) -> None:
+    def __init__(self, core: Core, options: Any, reuse_port: bool = False) -> None:
         """`options`: the server's ServerOptions (host, ports, limits, TLS, body limit,
         which gRPC server)."""
         self.core = core
@@ -136,7 +137,7 @@ class Listeners:
     def close_http(self, grace_s: float) -> None:
         """HTTP stops accepting; open connections get `grace_s` to finish."""
         if self.http is not None:
-            self.http.config.timeout_graceful_shutdown = grace_s
+            self.http.config.timeout_graceful_shutdown = grace_s  # type: ignore[assignment]
             self.http.should_exit = True
 
     def stop_accepting(self, grace_s: float) -> None:

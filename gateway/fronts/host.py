@@ -24,6 +24,7 @@ from gateway.core import InferenceCore
 from gateway.fronts import wire
 from gateway.fronts.channel import Channel
 from gateway.inference import InferRequest, RequestedOutput
+from gateway.interface import MODEL_CALLS
 from gateway.model import ModelVersion
 from gateway.scheduling.dynamic import DynamicBatcher
 from gateway.tracing.tracer import traced
@@ -36,15 +37,8 @@ log = logging.getLogger(__name__)
 # host's per-request cost bounds what N fronts serve together (benchmarks/model_host.py).
 _EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 
-# InferenceCore methods a front may call by name.
-REMOTE_CALLS = frozenset(
-    {
-        "statistics", "repository_index", "model_ready", "check_model_ready",
-        "model_metadata", "model_config", "load_model", "unload_model",
-        "log_settings_dict", "update_log_settings", "trace_settings_dict",
-        "update_trace_settings",
-    }
-)  # fmt: skip
+# The Core calls a front may ask of the host by name (gateway/interface.py).
+REMOTE_CALLS = MODEL_CALLS
 
 
 class FrontLink:

@@ -13,6 +13,7 @@ import grpc
 from gateway.grpc.acceptors import Acceptors
 from gateway.grpc.h2.server import H2Server
 from gateway.grpc.service import add_services, set_serving
+from gateway.interface import Core
 
 GRPC_SERVERS = ("gateway", "grpcio")
 # New ModelInfer calls that grpc.aio may hand over in one turn of the event loop.
@@ -22,7 +23,7 @@ GRPC_ACCEPTORS = 32
 class GatewayGrpc:
     """gRPC on the gateway's own HTTP/2 server."""
 
-    def __init__(self, core: Any, options: Any, sock: socket.socket) -> None:
+    def __init__(self, core: Core, options: Any, sock: socket.socket) -> None:
         limits = options.limits
         self.server = H2Server(
             max_message_bytes=options.max_body_bytes,
@@ -59,7 +60,7 @@ class GatewayGrpc:
 class GrpcioGrpc:
     """gRPC on grpc.aio, with more ModelInfer calls accepted a turn of the loop."""
 
-    def __init__(self, core: Any, options: Any, address: str, reuse_port: bool) -> None:
+    def __init__(self, core: Core, options: Any, address: str, reuse_port: bool) -> None:
         limits = options.limits
         self.server = grpc.aio.server(
             # Calls past this many at once get RESOURCE_EXHAUSTED instead of a queue. grpc

@@ -1,4 +1,4 @@
-"""GRPCInferenceService: each RPC decodes, calls InferenceCore, and encodes."""
+"""GRPCInferenceService: each RPC decodes, calls the Core (gateway/interface.py), and encodes."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from accel_base.errors import GatewayError, Internal
 from accel_base.logs import REQUEST_ID
 from accel_base.proto import grpc_service_pb2 as pb
 from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
-from gateway.core import InferenceCore
 from gateway.grpc.codec import decode_request, encode_response, parameter_value
 from gateway.grpc.streaming import serve_stream
+from gateway.interface import Core
 from gateway.log_settings import Occasional
 from gateway.shedding import REFUSAL, RETRY_AFTER_S
 from gateway.tracing.tracer import traced
@@ -91,7 +91,7 @@ def _token(context: grpc.aio.ServicerContext) -> str | None:
 
 
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, core: InferenceCore, max_calls: int) -> None:
+    def __init__(self, core: Core, max_calls: int) -> None:
         self.core = core
         # Calls of this service at once, however grpc accepted them (its own loop or
         # gateway/grpc/acceptors.py); past `max_calls`, RESOURCE_EXHAUSTED.
@@ -286,7 +286,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def add_services(
-    server: grpc.aio.Server, core: InferenceCore, max_calls: int, refused_early: bool = False
+    server: grpc.aio.Server, core: Core, max_calls: int, refused_early: bool = False
 ) -> tuple[HealthServicer, dict[str, grpc.RpcMethodHandler]]:
     """Register the V2 service (at most `max_calls` of its calls at once) and
     grpc.health.v1 on `server`. Returns the health servicer and the handlers of the calls

@@ -13,6 +13,7 @@ from accel_base.errors import GatewayError, Internal
 from accel_base.logs import REQUEST_ID
 from accel_base.proto import grpc_service_pb2 as pb
 from gateway.grpc.codec import decode_request, encode_response
+from gateway.interface import Core
 from gateway.log_settings import Occasional
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class _Bytes:
 
 
 async def serve_stream(
-    core: Any, request_iterator: AsyncIterator[pb.ModelInferRequest], header: Any
+    core: Core, request_iterator: AsyncIterator[pb.ModelInferRequest], header: Any
 ) -> AsyncIterator[pb.ModelStreamInferResponse]:
     """The responses of one ModelStreamInfer call: its requests run concurrently, and
     each response (or error) carries its request's id. `header` looks up the call's
@@ -61,7 +62,8 @@ async def serve_stream(
     tasks: set[asyncio.Task] = set()
 
     async def answer(message: pb.ModelInferRequest, size: int) -> None:
-        trace, last, failure = None, None, None
+        trace, last = None, None
+        failure: BaseException | None = None
         try:
             started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
             request = decode_request(message, core.shared_memory.input_array)

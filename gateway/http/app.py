@@ -1,4 +1,5 @@
-"""The V2 HTTP routes. Each one decodes, calls InferenceCore, and encodes; nothing more."""
+"""The V2 HTTP routes. Each one decodes, calls the Core (gateway/interface.py), and
+encodes; nothing more."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accel_base.config_json import config_to_json
 from accel_base.errors import GatewayError, InvalidArgument
-from gateway.core import InferenceCore
 from gateway.http import fields
 from gateway.http.body import read_body
 from gateway.http.codec import parse_json
 from gateway.http.fields import brief, get_bool, get_string, non_negative_int
 from gateway.http.openapi import OPENAPI_PATH, openapi_document
+from gateway.interface import Core
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     return data
 
 
-def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> FastAPI:
+def create_app(core: Core, max_body_bytes: int = 64 * 1024 * 1024) -> FastAPI:
     app = FastAPI(title="accel-gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(GatewayError)
@@ -193,8 +194,8 @@ def create_app(core: InferenceCore, max_body_bytes: int = 64 * 1024 * 1024) -> F
         core.unregister_system_shared_memory(name, bearer_token(request))
         return Response(status_code=200)
 
-    # CUDA shared memory: registering is not supported; see InferenceCore for why the
-    # other two calls answer.
+    # CUDA shared memory: registering is not supported; gateway/shared_memory_calls.py says
+    # why the other two calls answer.
 
     @app.get("/v2/cudasharedmemory/status")
     @app.get("/v2/cudasharedmemory/region/{name}/status")

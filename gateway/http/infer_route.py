@@ -10,18 +10,18 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
 
 from accel_base.errors import GatewayError, Internal, InvalidArgument
 from accel_base.logs import REQUEST_ID
-from gateway.core import InferenceCore
 from gateway.http.body import read_body
 from gateway.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.http.compression import choose_encoding, compress, decompress
 from gateway.http.early_refusal import ADMITTED, COUNTED
+from gateway.interface import Core
 from gateway.log_settings import Occasional
 from gateway.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.tracing.tracer import traced
@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 # A model failing every request is one line every 10 s per route, not one a request.
 _backend_failed = Occasional(log, logging.ERROR, 10.0)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
@@ -76,7 +76,7 @@ async def respond(send: Send, status: int, body: bytes, headers: list[tuple[byte
 
 
 async def serve_infer(
-    core: InferenceCore,
+    core: Core,
     max_body_bytes: int,
     scope: Scope,
     receive: Receive,
@@ -154,7 +154,7 @@ async def answer_errors(
         await error(send, f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
-def with_infer_route(app: ASGIApp, core: InferenceCore, max_body_bytes: int) -> ASGIApp:
+def with_infer_route(app: ASGIApp, core: Core, max_body_bytes: int) -> ASGIApp:
     """`app` with POST /v2/models/{name}[/versions/{version}]/infer handled here."""
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:

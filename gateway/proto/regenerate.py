@@ -1,4 +1,4 @@
-"""Regenerate accel_base/proto/*_pb2*.py from protos/*.proto.
+"""Regenerate accel_base/proto/*_pb2*.py (and their type stubs) from protos/*.proto.
 
     python -m gateway.proto.regenerate           # rewrite the committed modules
     python -m gateway.proto.regenerate --check   # exit 1 if they are out of date
@@ -31,6 +31,9 @@ OUTPUTS = {
     "grpc_service_pb2.py": "accel_base/proto",
     "grpc_service_pb2_grpc.py": "accel_base/proto",
     "model_config_pb2.py": "accel_base/proto",
+    # Type stubs, so that the type checker knows the messages (tests/test_typecheck.py).
+    "grpc_service_pb2.pyi": "accel_base/proto",
+    "model_config_pb2.pyi": "accel_base/proto",
 }
 
 # (old, new, applies to) substitutions made on protoc's output; each must match.
@@ -39,6 +42,11 @@ _REWRITES = (
         "import model_config_pb2 as",
         "from accel_base.proto import model_config_pb2 as",
         "grpc_service_pb2.py",
+    ),
+    (
+        "import model_config_pb2 as",
+        "from accel_base.proto import model_config_pb2 as",
+        "grpc_service_pb2.pyi",
     ),
     ("import grpc_service_pb2 as", "from . import grpc_service_pb2 as", "grpc_service_pb2_grpc.py"),
     ("_descriptor_pool.Default()", "_POOL", "_pb2.py"),
@@ -60,7 +68,7 @@ def _protoc(*args: str) -> None:
 def generate(out_root: Path) -> list[Path]:
     """Generate the modules under ``out_root`` (a repository root); return the paths written."""
     with tempfile.TemporaryDirectory() as tmp:
-        _protoc(f"--python_out={tmp}", *(str(PROTO_DIR / p) for p in PROTOS))
+        _protoc(f"--python_out={tmp}", f"--pyi_out={tmp}", *(str(PROTO_DIR / p) for p in PROTOS))
         _protoc(f"--grpc_python_out={tmp}", *(str(PROTO_DIR / p) for p in SERVICE_PROTOS))
         written = []
         for name in OUTPUTS:
