@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -70,6 +71,27 @@ def infer_concurrently(
         for done in [pool.submit(worker, first) for first in range(workers)]:
             done.result()  # a worker's failure fails the test
     return results
+
+
+def wait_until(
+    condition: Callable[[], object],
+    timeout_s: float = 30.0,
+    message: str | Callable[[], str] = "",
+    interval_s: float = 0.05,
+) -> object:
+    """What `condition()` returns once it is true, asked every `interval_s`; the test
+    fails if it is not within `timeout_s`. For a state a test must wait for but cannot
+    time (a signal handled, requests arrived, a process gone): the deadline is generous,
+    since reaching it is a failure, never a measurement."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = message() if callable(message) else message
+            pytest.fail(f"not within {timeout_s:g} s: {text or condition}")
+        time.sleep(interval_s)
 
 
 def both_clients(server: GatewayProcess) -> list:
