@@ -210,7 +210,13 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         return rows
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """A row per version the replicas report (the versions their statistics carry),
+        or one without a version for a model none reports yet, as the in-process index
+        has (the gRPC index's rows need a version)."""
         replicas = await self._board("replicas")
+        versions: dict[str, list[str]] = {}
+        for view in await self.views():
+            versions.setdefault(view.name, []).append(view.version)
         rows = []
         for name in sorted(self.handles):
             count, failure = replicas.get(name, (0, None))
@@ -220,8 +226,10 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
             reason = (
                 f"{count} replica(s) reporting" if count else (failure or "no replica has reported")
             )
-            rows.append({"name": name, "state": "READY" if ready else "UNAVAILABLE",
-                         "reason": reason})  # fmt: skip
+            state = "READY" if ready else "UNAVAILABLE"
+            reported = sorted(versions.get(name, [])) if ready else []
+            for version in reported or [""]:
+                rows.append({"name": name, "version": version, "state": state, "reason": reason})
         return rows
 
     def check_admin(self, token: str | None) -> None:

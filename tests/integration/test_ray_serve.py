@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 from gateway.launch import free_port
 from gateway.ray.local_cluster import local_cluster
 from models.digits import held_out
+from tests.integration.route_suite import ROUTES, Endpoints
 
 pytest.importorskip("ray.serve")
 
@@ -181,3 +182,10 @@ def test_two_replicas_share_the_traffic_and_statistics_add_up(ingress):
     assert stats["inference_stats"]["success"]["count"] >= sum(served.values())
     index = {m["name"]: m for m in clients[0].get_model_repository_index()}
     assert index["simple"]["state"] == "READY" and "2 replica" in index["simple"]["reason"]
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.__name__)
+def test_every_route_answers_as_in_the_other_deployments(ingress, route):
+    """The route suite the in-process core and the front processes pass
+    (tests/integration/route_suite.py), through the Ray ingress."""
+    route(Endpoints(ingress["http"], ingress["grpc"]))
