@@ -14,8 +14,18 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from models.mlp import write_mlp
+from tests.conftest import wait_until
 
-WINDOW_S = 1.0  # the batch window the requests wait in while the server is told to stop
+# The batch window the requests wait in while the server is told to stop: long enough
+# for all 16 to arrive before it ends, however slow this machine.
+WINDOW_S = 3.0
+
+
+def pending(server) -> int:
+    """Requests the model has accepted and not yet answered."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    prefix = 'nv_inference_pending_request_count{model="slow",version="1"} '
+    return int(float(next(x for x in text.splitlines() if x.startswith(prefix))[len(prefix) :]))
 
 
 def infer(module, client, value: float):
@@ -54,13 +64,14 @@ def test_sigterm_answers_everything_in_flight(tmp_path, server_factory):
         tensor = grpcclient.InferInput("INPUT0", [1, 784], "FP32")
         tensor.set_data_from_numpy(np.full((1, 784), i, dtype=np.float32))
         stream.async_stream_infer("slow", [tensor], request_id=str(i))
-    time.sleep(WINDOW_S / 3)  # everything is queued in the batch window now
+    # Everything is queued in the batch window now.
+    wait_until(lambda: pending(server) == 16, 30, lambda: f"{pending(server)} pending")
     stopped_at = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
 
-    time.sleep(0.2)
     with httpx.Client(base_url=f"http://{server.http_url}") as probe:
-        assert probe.get("/v2/health/ready").status_code == 503  # unready at once
+        # Unready once the signal is handled, long before the requests in flight are done.
+        wait_until(lambda: probe.get("/v2/health/ready").status_code == 503, 30)
         late = probe.post("/v2/models/slow/infer", json={"inputs": [
             {"name": "INPUT0", "datatype": "FP32", "shape": [1, 784], "data": [0.0] * 784}
         ]})  # fmt: skip

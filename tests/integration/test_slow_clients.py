@@ -8,12 +8,21 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import wait_until
+
 
 @pytest.fixture
 def gateway_factory_one_second(repository_copy, server_factory):
     return server_factory(
         repository_copy("simple"), "--read-timeout", "1", "--max-connections", "4"
     )
+
+
+def pending(server, model: str) -> int:
+    """Requests the model has accepted and not yet answered."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    prefix = f'nv_inference_pending_request_count{{model="{model}",version="1"}} '
+    return int(float(next(x for x in text.splitlines() if x.startswith(prefix))[len(prefix) :]))
 
 
 def read_reply(sock: socket.socket, timeout_s: float) -> bytes:
@@ -57,8 +66,8 @@ def test_requests_past_the_connection_cap_get_503(gateway_factory_one_second):
     finally:
         for sock in held:
             sock.close()
-    time.sleep(0.2)
-    assert httpx.get(f"http://{server.http_url}/v2/health/live").status_code == 200
+    # Served again once the server has seen the held connections close.
+    wait_until(lambda: httpx.get(f"http://{server.http_url}/v2/health/live").status_code == 200)
 
 
 def test_a_second_request_on_a_kept_alive_connection_is_timed_too(gateway_factory_one_second):
@@ -97,11 +106,11 @@ def test_grpc_calls_past_the_limit_are_refused_however_grpc_accepted_them(tmp_pa
     from accel_base.proto import grpc_service_pb2_grpc as pb_grpc
     from models.mlp import write_mlp
 
-    # Each admitted call waits out a one-second batch window, so the first two stay open
+    # Each admitted call waits out a three-second batch window, so the first two stay open
     # while the rest arrive; the gateway accepts calls both through grpc's own loop and its
     # acceptors, and the limit must count them together.
     write_mlp(tmp_path / "repository", "held", 16, dynamic_batching=True,
-              max_queue_delay_us=1_000_000, adaptive_window=False)  # fmt: skip
+              max_queue_delay_us=3_000_000, adaptive_window=False)  # fmt: skip
     server = server_factory(tmp_path / "repository", "--max-connections", "2")
     data = np.zeros((1, 784), dtype=np.float32).tobytes()
     request = pb.ModelInferRequest(
@@ -116,7 +125,10 @@ def test_grpc_calls_past_the_limit_are_refused_however_grpc_accepted_them(tmp_pa
         async with grpc.aio.insecure_channel(server.grpc_url) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             first = [asyncio.ensure_future(stub.ModelInfer(request, timeout=10)) for _ in range(2)]
-            await asyncio.sleep(0.3)  # both are held in the window by now
+            deadline = time.monotonic() + 30
+            while await asyncio.to_thread(pending, server, "held") < 2:  # held in the window
+                assert time.monotonic() < deadline, "the first two calls never arrived"
+                await asyncio.sleep(0.05)
             rest = [stub.ModelInfer(request, timeout=10) for _ in range(6)]
             results = await asyncio.gather(*first, *rest, return_exceptions=True)
         return [
