@@ -16,19 +16,10 @@ from accel_base.datatypes import config_data_type, v2_datatype
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import TensorSpec
+from backends.registry import platform_of_artifact
 from gateway.scheduling.sequence.controls import server_filled, state_outputs
 
 CONFIG_FILES = ("config.pbtxt", "config.yaml", "config.yml")
-
-# Artifact file name -> platform, for models that come with no config at all.
-_PLATFORM_BY_ARTIFACT = {
-    "model.onnx": "onnxruntime_onnx",
-    "model.pt2": "pytorch_export",
-    "model.pt": "pytorch_libtorch",
-    "model.savedmodel": "tensorflow_savedmodel",
-    "model.jax": "jax_export",
-    "model.py": "python",
-}
 
 
 class ConfigError(InvalidArgument):
@@ -90,9 +81,9 @@ def infer_platform(model_dir: Path) -> str:
     """The platform of the first artifact found in a version directory (Triton's
     auto-complete for a model with no config, or an override without a platform)."""
     for version_dir in sorted(model_dir.iterdir()):
-        for artifact, platform in _PLATFORM_BY_ARTIFACT.items():
-            if (version_dir / artifact).exists():
-                return platform
+        platform = platform_of_artifact(version_dir)  # which artifact means which: backends'
+        if platform is not None:
+            return platform
     raise ConfigError(
         f"{model_dir}: no config.pbtxt or config.yaml, and no artifact to infer a platform from"
     )

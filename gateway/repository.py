@@ -50,7 +50,7 @@ from gateway.routing.config import is_router
 from gateway.routing.loading import load_router
 from gateway.routing.router import RouterModel
 from gateway.scheduling.admission import queue_budget
-from gateway.scheduling.execution import PROCESS_ONLY
+from gateway.scheduling.execution import process_only
 from gateway.scheduling.instances import usable_cores
 from gateway.scheduling.spares import SpareWorkers
 from gateway.scheduling.window import adaptive_window
@@ -436,7 +436,7 @@ class ModelRepository:
             )
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
         calls = None  # where a Python model calls other models (gateway/model_calls.py)
-        if plan.platform in PROCESS_ONLY and self.model_calls is not None:
+        if process_only(plan.platform) and self.model_calls is not None:
             calls = await self.model_calls.start()
 
         def load(devices: list) -> ModelVersion:

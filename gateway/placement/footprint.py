@@ -25,34 +25,16 @@ from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from backends.parameters import string_parameter
+from backends.platforms import UNKNOWN
+from backends.registry import platforms
 from gateway.gpu import process_gpu_bytes
 from gateway.placement.sizes import parse_bytes
 
 log = logging.getLogger(__name__)
 
 MiB = 2**20
-# Bytes in memory per byte of artifact, by the platform's framework.
-EXPANSION = {
-    "onnxruntime_onnx": 1.5,
-    "pytorch_libtorch": 1.3,
-    "pytorch_export": 1.3,
-    "tensorflow_savedmodel": 2.0,
-    "jax_export": 1.5,
-    "tvm": 2.0,
-    "opencl": 2.0,
-}
-DEFAULT_EXPANSION = 2.0
-# A worker process's interpreter with the framework imported, before any model.
-WORKER_BASE = {
-    "onnxruntime_onnx": 80 * MiB,
-    "pytorch_libtorch": 350 * MiB,
-    "pytorch_export": 350 * MiB,
-    "tensorflow_savedmodel": 600 * MiB,
-    "jax_export": 300 * MiB,
-    "tvm": 250 * MiB,
-    "opencl": 300 * MiB,
-}
-DEFAULT_WORKER_BASE = 300 * MiB
+# (Bytes per byte of artifact, and a worker process's own, are each backend's:
+# Platform.expansion and Platform.worker_base_bytes in backends/platforms.py.)
 CUDA_CONTEXT = 500 * MiB
 
 
@@ -82,11 +64,12 @@ def predict(
     if hint is not None:
         return hint
     size = files_bytes(version_dir) if version_dir.exists() else 0
-    bytes_ = int(size * EXPANSION.get(platform, DEFAULT_EXPANSION))
+    info = platforms().get(platform, UNKNOWN)
+    bytes_ = int(size * info.expansion)
     if device.kind == "gpu":
         return bytes_ + CUDA_CONTEXT
     if in_worker:
-        bytes_ += WORKER_BASE.get(platform, DEFAULT_WORKER_BASE)
+        bytes_ += info.worker_base_bytes
     return bytes_
 
 

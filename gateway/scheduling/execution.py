@@ -35,7 +35,7 @@ from typing import Any
 from accel_base import call_wire
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
-from backends import backend_class
+from backends import backend_class, platform_info
 from backends.base import Device
 from backends.parameters import string_parameter
 from workers.client import LoadedModel, WorkerProcess
@@ -44,9 +44,15 @@ from workers.environment import worker_environment
 log = logging.getLogger(__name__)
 
 EXECUTION_MODES = ("process", "thread")
-THREAD_BY_DEFAULT = frozenset({"onnxruntime_onnx", "onnxruntime", "remote"})
-# A user's own code: its crash, exit or leak must end only its own process.
-PROCESS_ONLY = frozenset({"python"})
+
+
+def process_only(platform: str) -> bool:
+    """A user's own code: its crash, exit or leak must end only its own process."""
+    return platform_info(platform).execution == "process only"
+
+
+def thread_by_default(platform: str) -> bool:
+    return platform_info(platform).execution == "thread"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +76,7 @@ def _parameter(config: mc.ModelConfig, key: str) -> str | None:
 
 def execution_mode(config: mc.ModelConfig, platform: str, device: Device) -> str:
     chosen = _parameter(config, "execution")
-    if platform in PROCESS_ONLY:
+    if process_only(platform):
         if chosen not in (None, "process"):
             raise InvalidArgument(
                 f"model '{config.name}': a {platform} model runs its own code and always "
@@ -84,7 +90,7 @@ def execution_mode(config: mc.ModelConfig, platform: str, device: Device) -> str
                 f"one of {', '.join(EXECUTION_MODES)}"
             )
         return chosen
-    if device.kind == "cpu" and platform in THREAD_BY_DEFAULT:
+    if device.kind == "cpu" and thread_by_default(platform):
         return "thread"
     return "process"
 
@@ -161,7 +167,7 @@ def gpu_capable(config: mc.ModelConfig, platform: str, gpus: int) -> bool:
     """
     if gpus == 0:
         return False
-    if _parameter(config, "execution") != "process" and platform in THREAD_BY_DEFAULT:
+    if _parameter(config, "execution") != "process" and thread_by_default(platform):
         return backend_class(platform).gpu_capable()
     return _probe_gpu(platform)
 
