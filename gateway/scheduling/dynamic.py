@@ -190,7 +190,7 @@ class DynamicBatcher:
             sent_ns = time.perf_counter_ns()
             for queued in send.requests:
                 self.queue.remove(queued)
-            if getattr(instance, "runs_inline", False):
+            if instance.runs_inline:
                 # The run holds the event loop either way: run it here, without a task
                 # of its own and the turn of the loop it cost (and the driver's waking
                 # again once it ended). An instance that says it runs inline never

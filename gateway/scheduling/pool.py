@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from accel_base.errors import Unavailable
+from gateway.scheduling.instance_api import ModelInstance
 from gateway.scheduling.restarts import (
     restart_refusal,
     restart_wait_s,
@@ -27,7 +29,7 @@ from gateway.scheduling.restarts import (
 class InstancePool:
     """Idle instances handed out first come, first served."""
 
-    def __init__(self, instances: list[Any], model: str = "") -> None:
+    def __init__(self, instances: Sequence[ModelInstance], model: str = "") -> None:
         if not instances:
             raise ValueError("an instance pool needs at least one instance")
         self.instances = instances

@@ -44,6 +44,10 @@ def _as_gateway_error(model: str, exc: WorkerError) -> errors.GatewayError:
 
 
 class ProcessInstance:
+    # Never run by the batcher's driver itself: short runs' replies are waited for on
+    # the loop inside run() (see the module's docstring), which may still suspend.
+    runs_inline = False
+
     def __init__(
         self,
         name: str,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from accel_base.errors import Unavailable
@@ -39,7 +39,7 @@ def seconds_left(instances: Iterable[Any]) -> float | None:
     return min(expected) - now if expected else None
 
 
-def restart_refusal(model: str, instances: list[Any], overdue: bool) -> Unavailable | None:
+def restart_refusal(model: str, instances: Sequence[Any], overdue: bool) -> Unavailable | None:
     """The 503 for a request arriving while every worker restarts, when it should not wait
     (see the module's text), else None."""
     bound = restart_wait_s(instances)
@@ -52,7 +52,7 @@ def restart_refusal(model: str, instances: list[Any], overdue: bool) -> Unavaila
 
 
 def restarting_error(
-    model: str, instances: list[Any], bound: float, left: float | None
+    model: str, instances: Sequence[Any], bound: float, left: float | None
 ) -> Unavailable:
     """A 503 that says why, how long a request waits, and when to retry (Retry-After)."""
     reasons = "; ".join(i.down_reason for i in instances if i.down_reason)

@@ -1,0 +1,59 @@
+"""The seam between a model's scheduler and where its batches run: `ModelInstance`.
+
+Two kinds implement it: a thread instance (instances.py: a backend on a thread of the
+gateway's process, or on the event loop itself for short runs) and a process instance
+(process_instance.py: a backend in a worker process, tensors in shared memory). The
+schedulers (dynamic.py, direct.py, sequence/) and the pool (pool.py) use nothing else;
+mypy checks both kinds against it in the test command (tests/typecheck/).
+
+A process instance adds what only a worker has: `run_requests` (a Python model's
+batch answered request by request, per_request.py) and its restart bookkeeping
+(`restart_wait_s`, `back_at`, restarts.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+import numpy as np
+
+from accel_base.batch import Allocator
+
+
+class ModelInstance(Protocol):
+    # Not done while a run goes on (or a worker restarts): the pool waits for it.
+    running: asyncio.Future[Any] | None
+    retired: bool  # for good (a worker that stopped restarting): never back in the pool
+    down_reason: str | None  # why it cannot run now, for the 503 that says so
+    recent_run_ns: float | None  # moving average of its runs; None until the first
+
+    @property
+    def allowed_batch_sizes(self) -> tuple[int, ...] | None:
+        """The batch sizes it was compiled for (None: any), for padding."""
+        ...
+
+    @property
+    def runs_inline(self) -> bool:
+        """Whether the next run happens on the event loop without suspending: the
+        batcher's driver then runs the batch itself."""
+        ...
+
+    async def run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """The outputs of one batch, and the nanoseconds the backend took."""
+        ...
+
+    def allocator(self) -> Allocator | None:
+        """Where the batcher merges a batch (a worker's shared memory), or None."""
+        ...
+
+    def attach(self) -> None:
+        """Start watching on the running event loop (a worker's socket)."""
+
+    def detach(self) -> None:
+        """Let go of the event loop before close()."""
+
+    def close(self) -> None:
+        """Unload the backend and end its thread or process (blocking)."""
