@@ -119,7 +119,7 @@ WORKDIR /home/gateway
 VOLUME ["/models"]
 # HTTP, gRPC, metrics; 8080 in SageMaker mode.
 EXPOSE 8000 8001 8002 8080
-# Asks the server's own HTTP port, over HTTPS when it serves TLS (gateway/health_command.py).
+# Asks the server's own HTTP port, over HTTPS when it serves TLS (gateway/operation/health_command.py).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["accel-gateway", "health"]
 ENTRYPOINT ["/usr/local/bin/accel-gateway-entrypoint"]

@@ -1,6 +1,6 @@
 """Configuration keys that name files or directories, and the paths in their values.
 
-The sealed repository (gateway/sealing.py) refuses such a path when it leads outside
+The sealed repository (gateway/core/sealing.py) refuses such a path when it leads outside
 the model's directory; the backends resolve the relative ones against that directory,
 since a framework would resolve them against the server's working directory.
 """

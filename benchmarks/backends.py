@@ -21,9 +21,9 @@ import numpy as np
 
 from backends import Device, backend_class
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to, rate
+from gateway.core.model import artifact_path
+from gateway.core.model_config import platform_of, read_config
 from gateway.launch import start_gateway
-from gateway.model import artifact_path
-from gateway.model_config import platform_of, read_config
 from models.build import ensure_example_repository
 
 # Model -> the import its backend needs.

@@ -53,9 +53,9 @@ import numpy as np
 
 from backends import Backend, Device, backend_class
 from benchmarks.perf import perf_analyzer, rate
+from gateway.core.model import artifact_path
+from gateway.core.model_config import platform_of, read_config
 from gateway.launch import start_gateway
-from gateway.model import artifact_path
-from gateway.model_config import platform_of, read_config
 from models.build import ensure_example_repository
 
 BATCH_SIZES = (1, 32)

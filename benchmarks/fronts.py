@@ -13,7 +13,7 @@ fronts together, and requests a bundle. Before measuring, requests on new connec
 until every front has served one (a connection stays with the front that accepted it).
 With `--batching`, `simple` has dynamic batching (no delay: what has queued while an
 instance ran goes as one batch), so the host runs many requests per model call, and
-fronts bundle them (gateway/fronts/bundles.py). Goals (issue 15), on a machine with 8
+fronts bundle them (gateway/front_processes/bundles.py). Goals (issue 15), on a machine with 8
 cores for the gateway: at least 0.8 x N at N = 4 and 0.7 x N at N = 8. With fewer
 server cores than fronts the figure is the cost of the hand-off, not scaling.
 """
@@ -71,7 +71,7 @@ def front_pids(host: int) -> list[int]:
     children = Path(f"/proc/{host}/task/{host}/children").read_text().split()
     return [
         pid for pid in map(int, children)
-        if b"gateway.fronts.main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"gateway.front_processes.main" in Path(f"/proc/{pid}/cmdline").read_bytes()
     ]  # fmt: skip
 
 

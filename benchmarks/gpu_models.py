@@ -32,8 +32,8 @@ import numpy as np
 
 from benchmarks.model_cache import Client, fetch, metric, zipf_sequence
 from benchmarks.open_loop import binary_infer_request
-from gateway.gpu import read_gpus
 from gateway.launch import start_gateway
+from gateway.operation.gpu import read_gpus
 
 IMAGE = (3, 224, 224)
 

@@ -5,7 +5,7 @@ to offer three times what the server saturates at. Here each call is two pre-enc
 HTTP/2 frames (HEADERS with a block of literal fields, so no HPACK state; DATA with the
 message) on a kept-alive connection, one call at a time per connection, and the answer
 is read only as far as its trailers' grpc-status. The gateway's HTTP/2 server sends
-literal, unindexed, unhuffmanned trailers (gateway/grpc/h2/headers.py), so a byte
+literal, unindexed, unhuffmanned trailers (gateway/protocols/grpc/h2/headers.py), so a byte
 search finds the status; a server that compresses its trailers would read as status
 unknown. Only for 127.0.0.1.
 """

@@ -1,6 +1,6 @@
 """The gateway's whole gRPC path for one request, in process (benchmarks/in_process.py):
 HTTP/2 frames of unary ModelInfer calls into the gateway's own HTTP/2 server's
-connection (gateway/grpc/h2, `--grpc-server gateway`, the default) and the V2 service,
+connection (gateway/protocols/grpc/h2, `--grpc-server gateway`, the default) and the V2 service,
 the answer's frames to a transport that reads each call's trailers."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 
 from accel_base.proto import grpc_service_pb2 as pb
 from benchmarks.in_process import CountingTransport
-from gateway.core import InferenceCore
-from gateway.grpc.h2 import frames as f
-from gateway.grpc.h2.connection import Connection
-from gateway.grpc.h2.headers import OK_TRAILERS
-from gateway.grpc.h2.server import H2Server
-from gateway.grpc.service import add_services
+from gateway.core.service import InferenceCore
+from gateway.protocols.grpc.h2 import frames as f
+from gateway.protocols.grpc.h2.connection import Connection
+from gateway.protocols.grpc.h2.headers import OK_TRAILERS
+from gateway.protocols.grpc.h2.server import H2Server
+from gateway.protocols.grpc.service import add_services
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -85,8 +85,8 @@ class GrpcPath:
         await asyncio.wait_for(self._answered, 30)  # a call that never ends
 
     def _count(self, trailers: bytes) -> None:
-        # The server's blocks index nothing (gateway/grpc/h2/headers.py): any decoder reads
-        # them. OK with trailing metadata is still OK.
+        # The server's blocks index nothing (gateway/protocols/grpc/h2/headers.py): any
+        # decoder reads them. OK with trailing metadata is still OK.
         fields = dict(hpack.Decoder().decode(trailers))
         status = fields.get("grpc-status", "no grpc-status")
         if status != "0":

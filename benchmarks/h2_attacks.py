@@ -30,8 +30,8 @@ from accel_base.proto import grpc_service_pb2 as pb
 from benchmarks.h2_floods import ATTACKS, opening, send_attack, unfinished_messages
 from benchmarks.perf import pin_to
 from benchmarks.soak import rss_mib
-from gateway.grpc.h2 import frames as f
 from gateway.launch import start_gateway
+from gateway.protocols.grpc.h2 import frames as f
 from models import simple
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -1,6 +1,6 @@
 """Raw HTTP/2 attacks on a gRPC server, as bytes (built by hand with hpack for headers):
 the floods and exhaustion patterns behind the CVEs that took HTTP/2 servers down, and
-what a hardened server answers to each. Shared by tests/gateway/grpc/h2/test_h2_attacks.py
+what a hardened server answers to each. Shared by tests/gateway/protocols/grpc/h2/test_h2_attacks.py
 (the answers) and benchmarks/h2_attacks.py (what they cost a well-behaved client)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import hpack
 
-from gateway.grpc.h2 import frames as f
+from gateway.protocols.grpc.h2 import frames as f
 
 ECHO = "/test.Echo/Call"
 MESSAGE = b"\x00\x00\x00\x00\x05hello"  # a gRPC message: uncompressed, 5 bytes

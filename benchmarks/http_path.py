@@ -13,10 +13,10 @@ from uvicorn.server import ServerState
 
 from benchmarks.in_process import CountingTransport
 from benchmarks.open_loop import http_request
-from gateway.core import InferenceCore
-from gateway.http.app import create_app
-from gateway.http.infer_route import with_infer_route
-from gateway.http.timeouts import timed_protocol
+from gateway.core.service import InferenceCore
+from gateway.protocols.http.app import create_app
+from gateway.protocols.http.infer_route import with_infer_route
+from gateway.protocols.http.timeouts import timed_protocol
 
 
 def simple_request(model: str) -> bytes:

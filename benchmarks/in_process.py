@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.core import InferenceCore
-from gateway.heap import settle
+from gateway.core.repository import ModelRepository
+from gateway.core.service import InferenceCore
 from gateway.listeners import event_loop_factory
-from gateway.repository import ModelRepository
+from gateway.operation.heap import settle
 
 
 class ServedPath(Protocol):

@@ -10,7 +10,7 @@ channel, stand in for the fronts: together they keep --window requests outstandi
 already-encoded "infer" messages, and send a new one for each answer, the answers of one
 read together (as a front gathers one turn's requests). With `--bundle K` (and
 `--batching`), the feeders send K requests as one bundle of K rows
-(gateway/fronts/bundles.py), as fronts do with requests that meet in one turn: an answer
+(gateway/front_processes/bundles.py), as fronts do with requests that meet in one turn: an answer
 then counts K, and --window still counts requests. Printed: the host's answers per second,
 against the in-process floor (ONNX Runtime at batch 1 on the host core) measured in the
 same run.
@@ -32,13 +32,13 @@ import numpy as np
 
 from benchmarks.perf import pin_to
 from benchmarks.serving_simple import in_process_floor
-from gateway.core import InferenceCore
-from gateway.fronts import wire
-from gateway.fronts.channel import Channel
-from gateway.fronts.host import FrontLink
-from gateway.inference import InferRequest, Tensor
+from gateway.core.inference import InferRequest, Tensor
+from gateway.core.repository import ModelRepository
+from gateway.core.service import InferenceCore
+from gateway.front_processes import wire
+from gateway.front_processes.channel import Channel
+from gateway.front_processes.host import FrontLink
 from gateway.listeners import event_loop_factory
-from gateway.repository import ModelRepository
 from models import simple
 from models.config_text import DynamicBatching
 

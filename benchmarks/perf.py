@@ -60,7 +60,7 @@ def onnx_floor(
     figure is a ratio to); the process's affinity is all cores again afterwards."""
     from backends.base import Device
     from backends.onnx_runtime import OnnxRuntimeBackend
-    from gateway.model_config import read_config
+    from gateway.core.model_config import read_config
 
     pin_to(core)
     backend = OnnxRuntimeBackend(model_dir / "1" / "model.onnx", read_config(model_dir), Device())

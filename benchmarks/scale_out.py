@@ -57,7 +57,7 @@ def ray_ingress(repository: Path, core: int) -> Iterator[Target | None]:
     except ImportError:
         yield None
         return
-    from gateway.ray.local_cluster import local_cluster
+    from gateway.tools.ray.local_cluster import local_cluster
 
     with local_cluster(cpus=4, cpu_cores={core}) as address:
         http, grpc, metrics = free_port(), free_port(), free_port()

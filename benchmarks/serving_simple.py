@@ -20,8 +20,8 @@ import numpy as np
 from backends.base import Device
 from backends.onnx_runtime import OnnxRuntimeBackend
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to, print_table, rate
+from gateway.core.model_config import read_config
 from gateway.launch import start_gateway
-from gateway.model_config import read_config
 from models.build import build_repository
 
 PATHS = (

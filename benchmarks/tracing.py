@@ -49,11 +49,11 @@ from benchmarks.in_process import paired_difference, path_ns, priced_verdict
 from benchmarks.perf import add_run_arguments, perf_analyzer, pin_to
 from benchmarks.routing import PROTOCOLS, geometric_mean_interval
 from benchmarks.serving_simple import in_process_floor
-from gateway.core import InferenceCore
-from gateway.inference import InferRequest
+from gateway.core.inference import InferRequest
+from gateway.core.service import InferenceCore
 from gateway.launch import start_gateway
-from gateway.tracing.settings import TraceSettings
-from gateway.tracing.tracer import ExporterConfig, Tracing
+from gateway.operation.tracing.settings import TraceSettings
+from gateway.operation.tracing.tracer import ExporterConfig, Tracing
 from models import simple
 
 SETTINGS = {

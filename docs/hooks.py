@@ -7,7 +7,7 @@ from mkdocs.structure.files import File
 
 def on_files(files, config):
     from gateway.cli import build_parser
-    from gateway.cli_reference import render
+    from gateway.tools.cli_reference import render
 
     files.append(File.generated(config, "reference/cli.md", content=render(build_parser())))
     return files

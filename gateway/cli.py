@@ -23,25 +23,25 @@ from gateway.arguments import (
     positive_seconds,
     workers_count,
 )
-from gateway.compare import command as compare_command
-from gateway.drain import DEFAULT_DRAIN_SECONDS
-from gateway.grpc.listener import GRPC_SERVERS
-from gateway.limits import ConnectionLimits
+from gateway.core.placement import options as memory_options
+from gateway.core.repository import CONTROL_MODES
+from gateway.core.scheduling.admission import EXEMPT_PER_INSTANCE
 from gateway.listeners import event_loop_factory
-from gateway.log_settings import FORMATS, LogSettings, parse_levels
-from gateway.placement import options as memory_options
-from gateway.ray import command as ray_command
-from gateway.repository import CONTROL_MODES
-from gateway.scheduling.admission import EXEMPT_PER_INSTANCE
-from gateway.security import (
+from gateway.operation.drain import DEFAULT_DRAIN_SECONDS
+from gateway.operation.limits import ConnectionLimits
+from gateway.operation.log_settings import FORMATS, LogSettings, parse_levels
+from gateway.operation.security import (
     ConfigError,
     TLSFiles,
     check_management_exposure,
     management_enabled,
     tls_files,
 )
+from gateway.operation.tracing.tracer import Tracing, parse_trace_config
+from gateway.protocols.grpc.listener import GRPC_SERVERS
 from gateway.server import Gateway, ServerOptions
-from gateway.tracing.tracer import Tracing, parse_trace_config
+from gateway.tools.compare import command as compare_command
+from gateway.tools.ray import command as ray_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,12 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
         "before RESOURCE_EXHAUSTED, and gRPC connections (default %(default)s)",
     )
     serve.add_argument(
-        "--workers",
+        "--front-processes",
+        "--workers",  # its first name, kept: it is not about model worker processes
+        dest="workers",
         type=workers_count,
         default=1,
         help="front processes serving HTTP and gRPC on the same ports, in front of one set "
         "of models, queues and statistics; 'auto': one per usable core (default 1: this "
-        "process serves them itself)",
+        "process serves them itself; --workers is the same option, the name it had first)",
     )
     serve.add_argument(
         "--grpc-server",
@@ -219,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="text with local time (default), text with UTC ISO 8601 time, or "
                        "one JSON object a line")  # fmt: skip
     serve.add_argument("--log-levels", type=log_levels, default={}, metavar="COMPONENT=LEVEL,...",
-                       help="levels of parts of the server, e.g. gateway.http=debug,"
+                       help="levels of parts of the server, e.g. gateway.protocols.http=debug,"
                        "backends=warning (over --log-level)")  # fmt: skip
     serve.add_argument("--access-log", action="store_true",
                        help="log every inference request: model, status, duration")  # fmt: skip

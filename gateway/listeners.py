@@ -13,13 +13,13 @@ from typing import Any
 
 import uvicorn
 
-from gateway.grpc.listener import GatewayGrpc, GrpcioGrpc
-from gateway.http.app import create_app
-from gateway.http.early_refusal import protocol_for
-from gateway.http.infer_route import with_infer_route
-from gateway.http.timeouts import timed_protocol
-from gateway.interface import Core
-from gateway.limits import ConnectionLimits
+from gateway.core.interface import Core
+from gateway.operation.limits import ConnectionLimits
+from gateway.protocols.grpc.listener import GatewayGrpc, GrpcioGrpc
+from gateway.protocols.http.app import create_app
+from gateway.protocols.http.early_refusal import protocol_for
+from gateway.protocols.http.infer_route import with_infer_route
+from gateway.protocols.http.timeouts import timed_protocol
 
 
 def event_loop_factory():
@@ -63,7 +63,8 @@ def uvicorn_server(
     shedder: Any = None,
 ) -> _Uvicorn:  # fmt: skip
     """`shedder`: the core's LoopShedder, for a server of inference requests (they are
-    refused before uvicorn builds them while it says so: gateway/http/early_refusal.py)."""
+    refused before uvicorn builds them while it says so:
+    gateway/protocols/http/early_refusal.py)."""
     config = uvicorn.Config(
         app,
         loop="none",

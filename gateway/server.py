@@ -14,24 +14,24 @@ from typing import Any
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from gateway import SERVER_NAME, __version__
-from gateway.core import InferenceCore
-from gateway.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
-from gateway.fronts.supervisor import FrontSupervisor
-from gateway.http.sagemaker import create_sagemaker_app
-from gateway.limits import ConnectionLimits
+from gateway.core.placement.options import MemoryOptions
+from gateway.core.repository import ModelRepository
+from gateway.core.service import InferenceCore
+from gateway.front_processes.supervisor import FrontSupervisor
 from gateway.listeners import Listeners, check_ports_free, listen, uvicorn_server
-from gateway.log_settings import LogSettings
-from gateway.metrics import create_metrics_app
-from gateway.placement.options import MemoryOptions
-from gateway.repository import ModelRepository
-from gateway.security import (
+from gateway.operation.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
+from gateway.operation.limits import ConnectionLimits
+from gateway.operation.log_settings import LogSettings
+from gateway.operation.metrics import create_metrics_app
+from gateway.operation.security import (
     ConfigError,
     TLSFiles,
     check_management_exposure,
     is_loopback,
     management_enabled,
 )
-from gateway.tracing.tracer import Tracing
+from gateway.operation.tracing.tracer import Tracing
+from gateway.protocols.http.sagemaker import create_sagemaker_app
 
 log = logging.getLogger("accel_gateway")
 
@@ -52,11 +52,11 @@ class ServerOptions:
     queue_budget_ms: float | None = None
     # Backends run this many nice steps below the fronts (accel_base/cpu.py).
     backend_nice: int = DEFAULT_BACKEND_NICE
-    # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/drain.py).
+    # On SIGTERM/SIGINT: how long requests in flight get to finish (gateway/operation/drain.py).
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
-    # Refuse a share of requests while the event loop runs this late (gateway/shedding.py);
-    # 0: off.
+    # Refuse a share of requests while the event loop runs this late
+    # (gateway/operation/shedding.py); 0: off.
     shed_lag_ms: float = 0.0
     max_body_bytes: int = 64 * 1024 * 1024
     grpc_server: str = "gateway"  # or "grpcio" (gateway/listeners.py)
@@ -239,7 +239,7 @@ class Gateway:
                 log.exception("repository poll failed")
 
     async def stop(self) -> None:
-        """Drain (gateway/drain.py): unready at once, new inference requests refused with
+        """Drain (gateway/operation/drain.py): unready at once, new inference requests refused with
         503 while the listeners stay open, requests in flight answered; then the listeners
         close and every model unloads."""
         loop = asyncio.get_running_loop()

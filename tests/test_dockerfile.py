@@ -328,7 +328,7 @@ def test_dockerignore_keeps_what_the_build_copies():
     for heavy in (".venv", ".git", ".tools", "**/__pycache__", ".pytest_cache", "tests"):
         assert heavy in patterns, f".dockerignore should leave out {heavy}"
     assert _excluded(".venv/bin/python", patterns)
-    assert _excluded("gateway/http/__pycache__/app.cpython-311.pyc", patterns)
+    assert _excluded("gateway/protocols/http/__pycache__/app.cpython-311.pyc", patterns)
     sources = []
     for instruction in INSTRUCTIONS:
         if instruction.keyword in ("COPY", "ADD"):

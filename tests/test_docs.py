@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from gateway.cli import build_parser
-from gateway.cli_reference import option_strings, render
+from gateway.tools.cli_reference import option_strings, render
 
 ROOT = Path(__file__).resolve().parents[1]
 

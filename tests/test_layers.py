@@ -1,7 +1,7 @@
 """Imports point down the layers of docs/design.md, read from the source (no import
 runs): the base imports nothing above it, a backend never the server, a worker never
 the server, and the V2 fronts reach the server's internals only through the Core
-interface (gateway/interface.py). tests/workers/test_layering.py checks what a worker
+interface (gateway/core/interface.py). tests/workers/test_layering.py checks what a worker
 process really loads."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The server's internals: a protocol front reaches them through gateway.interface only.
+# The server's internals: a protocol front reaches them through gateway.core.interface only.
 SERVER_INTERNALS = (
-    "gateway.core", "gateway.repository", "gateway.model", "gateway.scheduling",
-    "gateway.placement", "gateway.ensemble", "gateway.fronts", "gateway.ray", "gateway.server",
+    "gateway.core.service", "gateway.core.repository", "gateway.core.model",
+    "gateway.core.scheduling", "gateway.core.placement", "gateway.core.ensemble",
+    "gateway.front_processes", "gateway.tools.ray", "gateway.server",
 )  # fmt: skip
 
 # (the files, what they must not import)
@@ -25,15 +26,30 @@ RULES = {
     "backends": ("gateway", "workers", "models", "benchmarks", "tests"),
     "workers": ("gateway", "models", "benchmarks", "tests"),
     "gateway": ("models", "benchmarks", "tests", "loadtests"),
-    "gateway/http": SERVER_INTERNALS,
-    "gateway/grpc": SERVER_INTERNALS,
+    "gateway/protocols": SERVER_INTERNALS,
+    # The rooms point down too: the core never reaches up into the protocols or tools.
+    "gateway/core": (
+        "gateway.protocols",
+        "gateway.tools",
+        "gateway.front_processes",
+        "gateway.server",
+        "gateway.listeners",
+        "gateway.cli",
+    ),
+    "gateway/operation": (
+        "gateway.protocols",
+        "gateway.tools",
+        "gateway.front_processes",
+        "gateway.server",
+        "gateway.cli",
+    ),
 }
 # File -> imports it may make that its layer may not. The SageMaker front loads and
 # unloads through the repository, which the interface does not offer yet (docs/design.md,
 # "The seams"); the command line sits above every layer and builds the example models.
 EXCEPTIONS = {
-    "gateway/http/sagemaker.py": SERVER_INTERNALS,
-    "gateway/http/sagemaker_models.py": SERVER_INTERNALS,
+    "gateway/protocols/http/sagemaker.py": SERVER_INTERNALS,
+    "gateway/protocols/http/sagemaker_models.py": SERVER_INTERNALS,
     "gateway/cli.py": ("models",),
 }
 
@@ -71,7 +87,7 @@ def test_imports_point_down(layer):
 
 def test_the_check_sees_a_wrong_import(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("from gateway.repository import ModelRepository\nimport backends.base\n")
+    probe.write_text("from gateway.core.repository import ModelRepository\nimport backends.base\n")
     names = imported(probe)
-    assert any(below(n, "gateway.repository") for n in names)
+    assert any(below(n, "gateway.core.repository") for n in names)
     assert "backends.base" in names

@@ -1,5 +1,5 @@
 """The seams are checked, not described: mypy reads the core interface
-(gateway/interface.py), the three cores that implement it (tests/typecheck/) and the
+(gateway/core/interface.py), the three cores that implement it (tests/typecheck/) and the
 fronts written against it, as pyproject.toml's [tool.mypy] lists them."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def test_a_core_that_lacks_a_call_fails_the_check(tmp_path):
     """The check can fail: a core whose unload takes fewer arguments is not a Core."""
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "from gateway.fronts.remote import RemoteCore\n"
-        "from gateway.interface import Core\n\n\n"
+        "from gateway.front_processes.remote import RemoteCore\n"
+        "from gateway.core.interface import Core\n\n\n"
         "class Broken(RemoteCore):\n"
         "    async def unload_model(self, name: str) -> None:  # type: ignore[override]\n"
         "        pass\n\n\n"

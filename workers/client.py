@@ -138,7 +138,7 @@ class WorkerProcess:
 
     def prepare(self, platform: str) -> None:
         """Have a spare worker import the platform's framework now, before its load
-        (gateway/scheduling/spares.py); no reply: a failure shows at the load."""
+        (gateway/core/scheduling/spares.py); no reply: a failure shows at the load."""
         protocol.send(self.sock, ("prepare", platform))
 
     def unload(self, timeout_s: float) -> None:

@@ -2,7 +2,7 @@
 `initialize(args)`, `execute(requests)` and `finalize()`, and optionally the static
 `auto_complete_config(auto_complete_model_config)`.
 
-It runs in a worker process of its own (gateway/scheduling/execution.py), so a model's
+It runs in a worker process of its own (gateway/core/scheduling/execution.py), so a model's
 crash or `sys.exit` fails only the requests it was running. The batcher hands it the
 requests of a batch with their rows merged; `run_requests` gives each back to
 `execute` as a request of its own and returns each response's tensors under the key
@@ -30,7 +30,7 @@ from backends.python.auto_complete import ModelConfig
 from backends.python.sender import ERROR_CLASSES, ResponseSender
 
 # (rows, requested output names, parameters, request id, correlation id, stream token)
-# of one request; the token is a decoupled request's (gateway/decoupled.py), else "".
+# of one request; the token is a decoupled request's (gateway/core/decoupled.py), else "".
 RequestInfo = tuple[int, tuple[str, ...], dict[str, Any], str, Any, str]
 Failure = tuple[int, str, str]  # (request index, gateway error class name, message)
 

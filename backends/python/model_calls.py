@@ -1,5 +1,5 @@
 """A Python model's calls to other models of the gateway, from its worker process: one
-connection per thread to the gateway's model-call socket (gateway/model_calls.py), whose
+connection per thread to the gateway's model-call socket (gateway/core/model_calls.py), whose
 path the gateway gives the worker in ACCEL_GATEWAY_MODEL_CALLS."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A decoupled Python model's response sender (`request.get_response_sender()`): each
 `send` goes to the gateway at once, over the model-call socket, as
 ("respond", stream token, outputs, parameters, flags, error message or None); the
-gateway hands it to the gRPC stream the request came on (gateway/decoupled.py)."""
+gateway hands it to the gRPC stream the request came on (gateway/core/decoupled.py)."""
 
 from __future__ import annotations
 

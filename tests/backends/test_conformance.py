@@ -20,8 +20,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from backends import Backend, BackendUnavailable, Device, backend_class, platform_info
-from gateway.model import artifact_path, gpu_count
-from gateway.model_config import platform_of, read_config
+from gateway.core.model import artifact_path, gpu_count
+from gateway.core.model_config import platform_of, read_config
 from models.digits import held_out
 
 CPU = Device("cpu")

@@ -13,7 +13,7 @@ from accel_base.proto import model_config_pb2 as mc
 from backends import Device
 from backends.python import pb_utils
 from backends.python.backend import ALL, PythonBackend
-from gateway.model_config import read_config
+from gateway.core.model_config import read_config
 from models import python_models
 
 

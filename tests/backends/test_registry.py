@@ -16,9 +16,9 @@ import tritonclient.http as httpclient
 
 from backends import BackendUnavailable, Device, platform_info, platforms
 from backends.platforms import BUILT_IN
-from gateway.model_config import infer_platform
-from gateway.placement import footprint
-from gateway.scheduling.execution import process_only, thread_by_default
+from gateway.core.model_config import infer_platform
+from gateway.core.placement import footprint
+from gateway.core.scheduling.execution import process_only, thread_by_default
 
 ALIASES = [(alias, p.name) for p in BUILT_IN for alias in p.aliases]
 

@@ -9,9 +9,9 @@ import re
 import urllib.request
 from pathlib import Path
 
-from gateway.gpu import GpuReading
-from gateway.metrics import render
-from gateway.repository import ModelRepository
+from gateway.core.repository import ModelRepository
+from gateway.operation.gpu import GpuReading
+from gateway.operation.metrics import render
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "accel-gateway.json"
 # PromQL's own words, which name no metric.

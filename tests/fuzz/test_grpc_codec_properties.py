@@ -1,4 +1,4 @@
-"""Property tests of the gRPC request decoder (gateway/grpc/codec.py), called directly.
+"""Property tests of the gRPC request decoder (gateway/protocols/grpc/codec.py), called directly.
 
 For any ModelInferRequest, built field by field or parsed from arbitrary bytes,
 `decode_request` either returns a request whose tensors are arrays of their declared shape
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from accel_base.datatypes import ALL_DATATYPES, MAX_DIMS, NUMPY_DTYPES
 from accel_base.errors import GatewayError
 from accel_base.proto import grpc_service_pb2 as pb
-from gateway.grpc.codec import decode_request
-from gateway.shared_memory import REGION, SharedMemoryRegistry
+from gateway.core.shared_memory import REGION, SharedMemoryRegistry
+from gateway.protocols.grpc.codec import decode_request
 
 SHARED_MEMORY = SharedMemoryRegistry(enabled=True).input_array  # no region registered
 

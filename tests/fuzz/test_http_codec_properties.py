@@ -1,4 +1,4 @@
-"""Property tests of the HTTP request decoders (gateway/http/codec.py), called directly.
+"""Property tests of the HTTP request decoders (gateway/protocols/http/codec.py), called directly.
 
 For any body, JSON or binary extension, well formed or not, `decode_request` either returns
 a request that holds what it claims (every tensor an array of its declared shape and
@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from accel_base.datatypes import ALL_DATATYPES, MAX_DIMS, NUMPY_DTYPES
 from accel_base.errors import GatewayError, InvalidArgument
-from gateway.http.codec import decode_request
-from gateway.http.json_data import json_to_array
-from gateway.inference import InferRequest
-from gateway.shared_memory import SharedMemoryRegistry
+from gateway.core.inference import InferRequest
+from gateway.core.shared_memory import SharedMemoryRegistry
+from gateway.protocols.http.codec import decode_request
+from gateway.protocols.http.json_data import json_to_array
 
 # No region is registered: a tensor naming one must be refused cleanly.
 SHARED_MEMORY = SharedMemoryRegistry(enabled=True).input_array

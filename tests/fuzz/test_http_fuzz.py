@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.http.openapi import OPENAPI_PATH, openapi_document
+from gateway.protocols.http.openapi import OPENAPI_PATH, openapi_document
 
 FUZZ_EXAMPLES = int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "12"))
 REQUEST_TIMEOUT_S = 10.0

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gateway.cli import _default_repository, build_parser, main
-from gateway.health_command import readiness_url, serve_arguments
+from gateway.operation.health_command import readiness_url, serve_arguments
 from models.build import repository_dir_name
 
 ROOT = Path(__file__).resolve().parents[2]

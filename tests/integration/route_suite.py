@@ -1,5 +1,5 @@
 """One suite of V2 routes, run against every implementation of the core interface
-(gateway/interface.py): the in-process core (`serve`), the front-process proxy
+(gateway/core/interface.py): the in-process core (`serve`), the front-process proxy
 (`serve --workers 2`, tests/integration/test_core_implementations.py) and the Ray
 ingress (tests/integration/test_ray_serve.py). A route added to a front is added here
 once; a core that answers it differently fails here, whichever deployment it is.

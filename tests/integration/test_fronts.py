@@ -44,7 +44,7 @@ def front_pids(server) -> list[int]:
     pids = []
     for child in map(int, children):
         command = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"gateway.fronts.main" in command:
+        if b"gateway.front_processes.main" in command:
             pids.append(child)
     return pids
 

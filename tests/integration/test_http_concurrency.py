@@ -1,7 +1,7 @@
 """64 keep-alive HTTP connections hammering the infer route: every one keeps being served.
 
 Admission control queues a closed loop's backlog by default, however many clients, but
-the fronts shed when their event loop falls behind (gateway/shedding.py), so on a busy
+the fronts shed when their event loop falls behind (gateway/operation/shedding.py), so on a busy
 machine some answers may be fast 503s with Retry-After, which the client sends again;
 what must not happen is a connection that never gets a 200."""
 

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from gateway.launch import free_port
-from gateway.ray.local_cluster import local_cluster
+from gateway.tools.ray.local_cluster import local_cluster
 from models.digits import held_out
 from tests.integration.route_suite import ROUTES, Endpoints
 

@@ -25,9 +25,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tritonclient.utils import InferenceServerException
 
 from gateway.launch import free_port, start_gateway
+from gateway.operation.tracing.settings import TraceSettings
+from gateway.operation.tracing.tracer import Tracing
 from gateway.server import Gateway, ServerOptions
-from gateway.tracing.settings import TraceSettings
-from gateway.tracing.tracer import Tracing
 from models import simple
 from models.config_text import DynamicBatching
 

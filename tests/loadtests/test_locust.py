@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from gateway.launch import GatewayProcess, start_gateway
-from gateway.loadtest_command import is_loopback, main, parse_run_time
+from gateway.tools.loadtest_command import is_loopback, main, parse_run_time
 from models import identity, mlp, simple
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def loadtest(
     server: GatewayProcess, out: Path, *args: str, seconds: int = RUN_SECONDS
 ) -> subprocess.CompletedProcess:
     command = [
-        sys.executable, "-m", "gateway.loadtest_command",
+        sys.executable, "-m", "gateway.tools.loadtest_command",
         "--http-port", str(server.http_port), "--grpc-port", str(server.grpc_port),
         "--users", "2", "--run-time", f"{seconds}s", "--output-dir", str(out), *args,
     ]  # fmt: skip

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from backends.base import Device
-from gateway.model_config import read_config
+from gateway.core.model_config import read_config
 from models import identity
 from workers.client import WorkerError, WorkerGone, WorkerProcess
 from workers.environment import worker_environment

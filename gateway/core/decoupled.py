@@ -1,0 +1,129 @@
+"""Decoupled models (`model_transaction_policy { decoupled: true }`): a request may get any
+number of responses, sent by the model whenever it likes, the last one marked final.
+They travel from the worker over the model-call socket (gateway/core/model_calls.py) into
+the queue of the request's stream here, and out over gRPC's ModelStreamInfer.
+
+Each queue is bounded: a model that sends faster than the client reads waits (the
+socket's buffer fills, and its `send` blocks), rather than the gateway's memory growing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from accel_base.errors import GatewayError, Unavailable
+from gateway.core.inference import InferRequest, InferResponse, Tensor
+from gateway.core.scheduling.per_request import failure_error
+
+MAX_QUEUED = 64  # responses of one request waiting for the stream to take them
+FINAL_PARAMETER = "triton_final_response"
+EMPTY_FINAL = "triton_enable_empty_final_response"
+
+
+@dataclass(slots=True)
+class Sent:
+    """One response as the model sent it."""
+
+    outputs: list[tuple[str, str, Any]]  # (name, datatype, array)
+    parameters: dict[str, Any]
+    final: bool
+    error: tuple[str, str] | None  # (the gateway error class name, the message)
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Sent] = asyncio.Queue(MAX_QUEUED)
+        self.closed = asyncio.Event()
+
+
+class ResponseStreams:
+    def __init__(self) -> None:
+        self._streams: dict[str, _Stream] = {}
+        self._tokens = itertools.count(1)
+
+    def open(self) -> tuple[str, asyncio.Queue[Sent]]:
+        token = f"s{next(self._tokens)}"
+        stream = self._streams[token] = _Stream()
+        return token, stream.queue
+
+    def close(self, token: str) -> None:
+        stream = self._streams.pop(token, None)
+        if stream is not None:
+            stream.closed.set()  # a delivery waiting for room gives up
+
+    async def deliver(self, token: str, sent: Sent) -> None:
+        """A response from a worker; one for a stream that is gone is dropped. While the
+        stream's queue is full this waits (the worker's send waits with it), until there
+        is room or the stream closes."""
+        stream = self._streams.get(token)
+        if stream is None:
+            return
+        if not stream.queue.full():
+            stream.queue.put_nowait(sent)
+            return
+        put = asyncio.ensure_future(stream.queue.put(sent))
+        closed = asyncio.ensure_future(stream.closed.wait())
+        try:
+            await asyncio.wait({put, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            put.cancel()
+            closed.cancel()
+
+
+async def stream_responses(
+    request: InferRequest,
+    streams: ResponseStreams,
+    run: Callable[[InferRequest], Awaitable[InferResponse]],
+    model: str,
+    version: str,
+    idle_timeout_s: float,
+) -> AsyncIterator[InferResponse | GatewayError]:
+    """The responses of one request to a decoupled model, until its final one; an error
+    response comes as the error (the stream sends it, and goes on unless it was final).
+    `run` schedules the request (its execute() returns before or after the responses)."""
+    token, queue = streams.open()
+    request.stream = (token, [o.name for o in request.outputs])
+    request.outputs = []  # answered through the stream, not by the batch
+    running = asyncio.ensure_future(run(request))
+    empty_final = request.parameters.get(EMPTY_FINAL) is True
+    getting: asyncio.Future | None = None
+    try:
+        while True:
+            taken = getting is not None and getting.done()  # a response, not yet handled
+            if not taken and queue.empty() and running.done() and running.exception():
+                raise running.exception()  # execute() failed: no response will come
+            if getting is None:
+                getting = asyncio.ensure_future(queue.get())
+            waiting = {getting} if running.done() else {getting, running}
+            done, _ = await asyncio.wait(
+                waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                raise Unavailable(
+                    f"model '{model}' sent no response for {idle_timeout_s:g} s and no "
+                    "final one; the stream for this request is closed"
+                )
+            if getting not in done:
+                continue  # execute() returned: its failure, if any, is raised above
+            sent, getting = getting.result(), None
+            if sent.error is not None:  # (error class name, message)
+                yield failure_error(model, *sent.error)
+            elif sent.outputs or not sent.final or empty_final:
+                parameters = dict(sent.parameters)
+                if empty_final:
+                    parameters[FINAL_PARAMETER] = sent.final
+                outputs = [Tensor(n, d, a) for n, d, a in sent.outputs]
+                yield InferResponse(model, version, request.id, parameters, outputs)
+            if sent.final:
+                break
+        await running  # execute() may still be returning; its failure is ours too
+    finally:
+        streams.close(token)
+        if getting is not None:
+            getting.cancel()
+        if not running.done():
+            running.cancel()

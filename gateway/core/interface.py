@@ -1,0 +1,120 @@
+"""The one seam between the protocol fronts and whatever serves the models behind them.
+
+Every front (the V2 HTTP routes, the V2 gRPC service, and the fronts to come) is written
+against `Core` alone. Three implementations stand behind it, one per way of deploying:
+- `gateway.core.service.InferenceCore`: the models in this process (`accel-gateway serve`);
+- `gateway.front_processes.remote.RemoteCore`: a front process whose models live in the host
+  process (`serve --workers N`);
+- `gateway.tools.ray.ingress.RayCore`: the Ray Serve ingress, whose models are deployments.
+
+A route added to a front works in all three, or the type checker says which one lacks
+what it calls (tests/typecheck/implementations.py, checked by mypy in the test command),
+and the route tests run against each (tests/integration/test_core_implementations.py).
+
+What a front may use and nothing more: the calls below, and five parts it drives itself.
+A front asks `shedder` before it reads a request, counts its calls through `in_flight`,
+reads `tracing` to start a request's span, resolves shared-memory tensors through
+`shared_memory`, and refuses new inference while `stopping`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from accel_base.proto import model_config_pb2 as mc
+from gateway.core.inference import InferRequest, InferResponse
+from gateway.core.shared_memory import SharedMemoryRegistry
+from gateway.operation.drain import InFlight
+from gateway.operation.shedding import LoopShedder
+from gateway.operation.tracing.tracer import Tracing
+
+# The calls a front process forwards to the host by name (gateway/front_processes/host.py): every
+# call of `Core` that is about models, whose answer must be the same whichever front asks.
+MODEL_CALLS = frozenset(
+    {
+        "statistics", "repository_index", "model_ready", "check_model_ready",
+        "model_metadata", "model_config", "load_model", "unload_model",
+        "log_settings_dict", "update_log_settings", "trace_settings_dict",
+        "update_trace_settings",
+    }
+)  # fmt: skip
+
+
+class Core(Protocol):
+    """What every protocol front may ask of the server (see the module's docstring)."""
+
+    shedder: LoopShedder
+    in_flight: InFlight
+    tracing: Tracing
+    shared_memory: SharedMemoryRegistry
+    stopping: bool
+
+    # ---- health and metadata ---------------------------------------------------------
+
+    def live(self) -> bool: ...
+
+    def ready(self) -> bool: ...
+
+    def server_metadata(self) -> dict[str, Any]: ...
+
+    async def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    async def check_model_ready(self, name: str, version: str = "") -> None:
+        """NotFound for an unknown model or version, Unavailable for one not ready."""
+
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]: ...
+
+    async def model_config(self, name: str, version: str = "") -> mc.ModelConfig: ...
+
+    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]: ...
+
+    # ---- inference -------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResponse: ...
+
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """The responses of one request, in order (a decoupled model sends several)."""
+        ...
+
+    # ---- the repository (model control) ----------------------------------------------
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
+
+    async def load_model(
+        self, name: str, token: str | None, parameters: dict[str, Any] | None = None
+    ) -> None: ...
+
+    async def unload_model(
+        self, name: str, token: str | None, parameters: dict[str, Any] | None = None
+    ) -> None: ...
+
+    # ---- logging and trace settings (Triton's extensions) ----------------------------
+
+    async def log_settings_dict(self) -> dict[str, Any]: ...
+
+    async def update_log_settings(
+        self, changes: dict[str, Any], token: str | None
+    ) -> dict[str, Any]: ...
+
+    async def trace_settings_dict(self, model: str = "") -> dict[str, Any]: ...
+
+    async def update_trace_settings(
+        self, changes: dict[str, Any], model: str, token: str | None
+    ) -> dict[str, Any]: ...
+
+    # ---- shared memory (Triton's extensions) -----------------------------------------
+
+    def register_system_shared_memory(
+        self, name: Any, key: Any, offset: Any, byte_size: Any, token: str | None
+    ) -> None: ...
+
+    def unregister_system_shared_memory(self, name: str, token: str | None) -> None: ...
+
+    def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]: ...
+
+    def register_cuda_shared_memory(self) -> None: ...
+
+    def unregister_cuda_shared_memory(self, token: str | None) -> None: ...
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]: ...

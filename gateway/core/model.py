@@ -1,0 +1,346 @@
+"""One loaded model version: its config, instances, scheduler and statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel_base.datatypes import v2_datatype
+from accel_base.errors import GatewayError, InvalidArgument, Unavailable
+from accel_base.proto import model_config_pb2 as mc
+from backends import BackendUnavailable, Device, backend_class, platform_info
+from gateway.core.inference import InferRequest, InferResponse
+from gateway.core.model_config import complete_config, platform_of
+from gateway.core.placement import footprint
+from gateway.core.placement.warm_up import warm_up_inputs
+from gateway.core.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
+from gateway.core.scheduling.admission import Overloaded, queue_budget
+from gateway.core.scheduling.execution import (
+    execution_mode,
+    gpu_capable,
+    spawn_worker,
+    worker_settings,
+)
+from gateway.core.scheduling.instances import usable_cores
+from gateway.core.scheduling.process_instance import ProcessInstance
+from gateway.core.scheduling.sequence.batcher import SequenceBatcher
+from gateway.core.scheduling.spares import SpareWorkers
+from gateway.core.scheduling.window import adaptive_window
+from gateway.core.sealing import check_artifact, relative_to_repository, repository_prefixes
+from gateway.core.statistics import ModelStatistics
+from gateway.core.validation import RequestRules
+from gateway.operation.gpu import gpu_count
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One instance to place: the devices it may go on, whether it runs in a worker
+    process, and the bytes it is predicted to take there."""
+
+    allowed: tuple[Device, ...]
+    in_worker: bool
+    predicted: int
+
+
+def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[tuple[Device, ...]]:
+    """The devices each instance may go on, following Triton's instance_group rules, but
+    for one: a KIND_GPU group that names no `gpus` places `count` instances in all, each
+    on the GPU it fits best (Triton puts `count` on every GPU); `gpus` pins as in Triton.
+
+    KIND_AUTO (and no instance_group at all) means the GPUs when there are any and
+    the backend can use them here, else one CPU instance.
+    """
+    groups = list(config.instance_group) or [mc.ModelInstanceGroup()]
+    slots: list[tuple[Device, ...]] = []
+    for group in groups:
+        count = group.count or 1
+        kind = group.kind
+        if kind == mc.ModelInstanceGroup.KIND_AUTO:
+            use_gpu = can_use_gpus and gpu_count() > 0
+            kind = mc.ModelInstanceGroup.KIND_GPU if use_gpu else mc.ModelInstanceGroup.KIND_CPU
+        if kind == mc.ModelInstanceGroup.KIND_GPU:
+            available = gpu_count()
+            pinned = list(group.gpus)
+            if available == 0 or any(gpu >= available for gpu in pinned):
+                raise BackendUnavailable(
+                    f"model '{config.name}' asks for KIND_GPU instances on GPUs "
+                    f"{pinned or 'any'} but this machine has {available} GPU(s); use KIND_CPU "
+                    "or KIND_AUTO"
+                )
+            if pinned:
+                slots += [(Device("gpu", gpu),) for gpu in pinned for _ in range(count)]
+            else:
+                slots += [tuple(Device("gpu", gpu) for gpu in range(available))] * count
+        elif kind == mc.ModelInstanceGroup.KIND_CPU:
+            slots += [(Device("cpu"),)] * count
+        else:
+            raise BackendUnavailable(
+                f"model '{config.name}': instance_group kind "
+                f"{mc.ModelInstanceGroup.Kind.Name(kind)} is not supported"
+            )
+    return slots
+
+
+def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
+    """`<model_dir>/<version>/<default_model_filename or the platform's default>`, checked."""
+    filename = config.default_model_filename or default
+    artifact = model_dir / str(version) / filename
+    check_artifact(artifact, model_dir, config.name)
+    if not artifact.exists():
+        raise BackendUnavailable(
+            f"model '{config.name}' version {version}: {model_dir.name}/{version}/{filename} "
+            "is missing"
+        )
+    return artifact
+
+
+def model_metadata(config: mc.ModelConfig, versions: list[int]) -> dict[str, Any]:
+    """The V2 model metadata of a model with this config and these ready versions."""
+    batch = [-1] if config.max_batch_size > 0 else []
+
+    def tensors(declared) -> list[dict[str, Any]]:
+        return [
+            {"name": t.name, "datatype": v2_datatype(t.data_type), "shape": batch + list(t.dims)}
+            for t in declared
+        ]
+
+    return {
+        "name": config.name,
+        "versions": [str(v) for v in versions],
+        "platform": platform_of(config),
+        "inputs": tensors(config.input),
+        "outputs": tensors(config.output),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    config: mc.ModelConfig  # a copy, completed from the artifact as the first instance loads
+    platform: str
+    model_dir: Path
+    artifact: Path
+    version: int
+    slots: list[Slot]
+
+
+class ModelVersion:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        version: int,
+        instances: list[Any],
+        max_queue_size: int,
+        queue_budget_ms: float | None,  # None: shed only a growing backlog
+        root: Path | None = None,
+    ) -> None:
+        self.config = config
+        # The repository's path, taken out of messages that leave the server.
+        self._prefixes = repository_prefixes(root) if root is not None else []
+        self.name = config.name
+        self.version = version
+        self.stats = ModelStatistics(config.name, str(version))
+        self.pool = InstancePool(instances, config.name)
+        self.last_used = time.monotonic()  # for eviction: least recently used goes first
+        self.footprints: list[Any] = []  # placement.manager.Footprint of each instance
+        # On demand: called when the last request in flight is answered, since a load
+        # waiting for room may evict this model now (gateway/core/placement/room.py).
+        self.on_idle: Callable[[], None] | None = None
+        info = platform_info(platform_of(config))
+        self._warms_up = info.warm_up
+        rules = RequestRules.from_config(config)
+        # A decoupled model answers through its stream (gateway/core/decoupled.py): the batch
+        # itself answers nothing.
+        self.decoupled = config.model_transaction_policy.decoupled
+        if self.decoupled:
+            if not info.per_request:
+                raise BackendUnavailable(
+                    f"model '{config.name}': only Python models can be decoupled "
+                    "(model_transaction_policy { decoupled: true })"
+                )
+            rules = dataclasses.replace(rules, outputs=())
+        output_datatypes = {t.name: v2_datatype(t.data_type) for t in config.output}
+        budget_ms = queue_budget(config, queue_budget_ms)
+        self.scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
+        if config.HasField("sequence_batching"):
+            self.scheduler = SequenceBatcher(
+                self.pool, rules, output_datatypes, self.stats, config, max_queue_size,
+                per_request=info.per_request,
+            )  # fmt: skip
+        elif config.HasField("dynamic_batching") and config.max_batch_size > 0:
+            self.scheduler = DynamicBatcher(
+                self.pool, rules, output_datatypes, self.stats, config.dynamic_batching,
+                config.max_batch_size, max_queue_size, budget_ms, instances[0].allowed_batch_sizes,
+                adaptive_window=adaptive_window(config), per_request=info.per_request,
+            )  # fmt: skip
+        else:
+            self.scheduler = DirectScheduler(
+                self.pool, rules, output_datatypes, self.stats, max_queue_size, budget_ms,
+                info.per_request,
+            )  # fmt: skip
+
+    @classmethod
+    def plan(cls, model_dir: Path, version: int, config: mc.ModelConfig) -> LoadPlan:
+        """What loading this version takes: its artifact and the instances to place
+        (blocking: it may ask a probe process about the GPUs)."""
+        config = mc.ModelConfig.FromString(config.SerializeToString())  # ours to complete
+        platform = platform_of(config)
+        info = platform_info(platform)
+        artifact = artifact_path(model_dir, version, config, info.artifact)
+        optional = [t.name for t in config.input if t.optional]
+        if optional and not info.optional_inputs:
+            raise BackendUnavailable(
+                f"model '{config.name}': platform {platform} needs every input, "
+                f"but the config marks {', '.join(optional)} optional"
+            )
+        slots = []
+        for allowed in instance_devices(config, gpu_capable(config, platform, gpu_count())):
+            in_worker = execution_mode(config, platform, allowed[0]) == "process"
+            size = footprint.predict(
+                config, platform, model_dir / str(version), allowed[0], in_worker
+            )
+            slots.append(Slot(allowed, in_worker, size))
+        return LoadPlan(config, platform, model_dir, artifact, version, slots)
+
+    @classmethod
+    def load(
+        cls,
+        plan: LoadPlan,
+        devices: list[Device],
+        max_queue_size: int,
+        queue_budget_ms: float | None,  # None: shed only a growing backlog
+        backend_nice: int = 0,
+        spares: SpareWorkers | None = None,
+        model_calls: str | None = None,
+    ) -> ModelVersion:
+        """Load one instance on each of `devices` (blocking: call from a worker thread).
+        Backends run `backend_nice` steps below the gateway's priority (accel_base/cpu.py);
+        workers come from `spares` where given, and call other models at `model_calls`
+        (a Python model's socket: gateway/core/model_calls.py)."""
+        config, platform, version = plan.config, plan.platform, plan.version
+        settings = dataclasses.replace(
+            worker_settings(config), nice=backend_nice, spares=spares, model_calls=model_calls
+        )
+        waits_inline = not platform_info(platform).per_request  # its runs may call models
+        single_core = usable_cores() == 1
+        instances: list[Any] = []
+        try:
+            for index, (device, slot) in enumerate(zip(devices, plan.slots, strict=True)):
+                name = f"{config.name}-{version}-{index}"
+                if slot.in_worker:
+                    spawn = functools.partial(
+                        spawn_worker, name, platform, plan.artifact, config, device, settings,
+                        os.getpid(),
+                    )  # fmt: skip
+                    instance = ProcessInstance(
+                        name, config.name, spawn, settings, single_core, waits_inline
+                    )
+                    specs = instance.loaded.inputs, instance.loaded.outputs
+                    completed = instance.loaded.completed_config  # by the model's own code
+                    if completed is not None and len(instances) == 0:
+                        config.CopyFrom(completed)
+                else:
+                    make = functools.partial(backend_class(platform), plan.artifact, config, device)
+                    instance = Instance.load(make, name, backend_nice)
+                    specs = instance.backend.inputs(), instance.backend.outputs()
+                instances.append(instance)
+                if len(instances) == 1:
+                    complete_config(config, *specs)
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
+        kinds = sorted({type(i).__name__ for i in instances})
+        log.info(
+            "loaded model '%s' version %d (%d instance(s): %s)",
+            config.name, version, len(instances), ", ".join(kinds),
+        )  # fmt: skip
+        try:
+            return cls(
+                config, version, instances, max_queue_size, queue_budget_ms, plan.model_dir.parent
+            )
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
+
+    async def warm_up(self) -> None:
+        """Run every instance once on a batch of the largest size (zeros, empty strings),
+        so that what the backend allocates on its first run counts in its footprint."""
+        if not self._warms_up:  # a user's code, which zeros may upset (a Python model)
+            return
+        feed = warm_up_inputs(self.config, self.pool.instances[0].allowed_batch_sizes)
+        names = [t.name for t in self.config.output]
+        for instance in self.pool.instances:
+            try:
+                await instance.run(feed, names)
+            finally:
+                # A batch this large says nothing of a request's run time, which decides
+                # whether runs go inline (scheduling/instances.py): the first requests
+                # measure it afresh.
+                instance.recent_run_ns = None
+
+    def attach(self) -> None:
+        """Start watching worker processes (on the event loop, once loaded)."""
+        for instance in self.pool.instances:
+            instance.attach()
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why the model cannot run now (every instance's worker down), or None."""
+        reasons = [i.down_reason for i in self.pool.instances if i.down_reason]
+        if len(reasons) < len(self.pool.instances):
+            return None
+        return self._relative("; ".join(reasons))
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.decoupled and request.stream is None:
+            raise InvalidArgument(
+                f"model '{self.name}' is decoupled: its responses come over a gRPC stream "
+                "(ModelStreamInfer), not as the answer to one call"
+            )
+        self.last_used = time.monotonic()
+        try:
+            return await self.scheduler.infer(request)
+        except Overloaded:  # our own words, and refusals must stay cheap
+            raise
+        except GatewayError as exc:  # may carry a backend's or a worker's own words
+            exc.message = self._relative(exc.message)
+            exc.args = (exc.message,)
+            raise
+        finally:
+            if self.on_idle is not None and not self.scheduler.pending:
+                self.on_idle()
+
+    def _relative(self, message: str) -> str:
+        return relative_to_repository(message, self._prefixes)
+
+    def metadata(self, versions: list[int]) -> dict[str, Any]:
+        return model_metadata(self.config, versions)
+
+    @property
+    def pending(self) -> int:
+        """Requests accepted by the scheduler and not yet answered."""
+        return self.scheduler.pending
+
+    @property
+    def instances(self) -> list[Any]:
+        return self.pool.instances
+
+    async def close(self) -> None:
+        """Stop the scheduler, then free the instances (on a worker thread)."""
+        if isinstance(self.scheduler, DynamicBatcher | SequenceBatcher):
+            await self.scheduler.close()
+        for instance in self.pool.instances:
+            instance.detach()
+        self.pool.fail_waiters(Unavailable(f"model '{self.name}' was unloaded"))
+        await asyncio.to_thread(self.pool.close)

@@ -1,0 +1,2 @@
+"""Running the server: metrics, logging, tracing, overload protection, drain, memory
+and security checks."""

@@ -1,0 +1,184 @@
+"""POST .../infer as a plain ASGI handler, in front of the FastAPI app.
+
+The infer route is the hot path: FastAPI's routing, dependency solving and
+Request/Response objects cost about as much as the rest of a small request. This
+handler reads the ASGI messages directly; every other route stays in FastAPI.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+from accel_base.errors import GatewayError, Internal, InvalidArgument
+from accel_base.logs import REQUEST_ID
+from gateway.core.interface import Core
+from gateway.core.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
+from gateway.operation.log_settings import Occasional
+from gateway.operation.tracing.tracer import traced
+from gateway.protocols.http.body import read_body
+from gateway.protocols.http.codec import HEADER_LENGTH, decode_request, encode_response
+from gateway.protocols.http.compression import choose_encoding, compress, decompress
+from gateway.protocols.http.early_refusal import ADMITTED, COUNTED
+
+log = logging.getLogger(__name__)
+# A model failing every request is one line every 10 s per route, not one a request.
+_backend_failed = Occasional(log, logging.ERROR, 10.0)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+_HEADER_LENGTH = HEADER_LENGTH.encode()
+
+
+def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
+    """A free check of whether the HTTP client has gone away.
+
+    uvicorn keeps a `disconnected` flag on the object whose method is the ASGI
+    `receive`. Reading it costs nothing, where a watcher task awaiting `receive`
+    per request halved throughput. Where the flag is missing, no early cancellation.
+    """
+    cycle = getattr(receive, "__self__", None)
+    if cycle is None or not hasattr(cycle, "disconnected"):
+        return None
+    return lambda: cycle.disconnected
+
+
+class _Headers:
+    """A request's headers as InferRequest.header: a value by name, or all of them (a
+    front process forwards them to the model host)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: dict[bytes, bytes]) -> None:
+        self.headers = headers
+
+    def __call__(self, name: str) -> str | None:
+        value = self.headers.get(name.lower().encode("latin-1"))
+        return value.decode("latin-1") if value is not None else None
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self.headers.items()]
+
+
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]):
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_infer(
+    core: Core,
+    max_body_bytes: int,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    name: str,
+    version: str,
+) -> None:
+    """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
+    if ADMITTED not in scope:  # not asked already by the protocol (http/early_refusal.py)
+        # Before the body is read: a refusal must cost little.
+        core.shedder.check(counted=COUNTED in scope)
+    started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
+    headers = dict(scope["headers"])
+    body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
+    encoding = headers.get(b"content-encoding")
+    if encoding is not None:
+        body = decompress(body, encoding.decode("latin-1"), max_body_bytes)
+    header_length = headers.get(_HEADER_LENGTH)
+    if header_length is not None and not header_length.isdigit():
+        raise InvalidArgument(
+            "Inference-Header-Content-Length must be a byte count, got "
+            f"'{header_length.decode('latin-1')}'"
+        )
+    request = decode_request(
+        body,
+        int(header_length) if header_length is not None else None,
+        name,
+        version,
+        core.shared_memory.input_array,
+    )
+    request.client_gone = disconnect_probe(receive)
+    request.header = _Headers(headers)
+    REQUEST_ID.set(request.id)  # the lines logged while serving it name it ("": none)
+    trace = core.tracing.start(request, "http", started, request.header) if started else None
+    if trace is None:
+        response = await core.infer(request)
+        payload, json_length = encode_response(response, request)
+    else:
+        response, (payload, json_length) = await traced(
+            trace, core.infer(request), lambda answer: encode_response(answer, request)
+        )
+    reply_headers = []
+    variant = response.parameters.get(VARIANT_PARAMETER)
+    if variant is not None:  # a router answered: which of its variants did
+        reply_headers.append((VARIANT_HEADER, str(variant).encode()))
+    if json_length is None:
+        reply_headers.append((b"content-type", b"application/json"))
+    else:
+        reply_headers.append((b"content-type", b"application/octet-stream"))
+        reply_headers.append((_HEADER_LENGTH, str(json_length).encode()))
+    accept = headers.get(b"accept-encoding")
+    chosen = choose_encoding(accept.decode("latin-1")) if accept else None
+    if chosen is not None:
+        payload = compress(payload, chosen)
+        reply_headers.append((b"content-encoding", chosen.encode()))
+    await respond(send, 200, payload, reply_headers)
+
+
+async def answer_errors(
+    send: Send, path: str, handler: Awaitable[None], model: tuple[str, str] | None = None
+) -> None:
+    """Await `handler`, answering a GatewayError with its status and anything else with
+    a 500, as {"error": message}: never a stack trace to the client."""
+    try:
+        await handler
+    except GatewayError as exc:
+        if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
+            # Keyed by the model and version asked for: not by the path, which a client
+            # can spell many ways (versions/1, versions/01, ...).
+            key = model or path
+            _backend_failed(key, "a request on %s failed: %s", path, exc.message)
+        await error(send, exc.message, exc.http_status, exc.retry_after_s)
+    except Exception as exc:
+        log.exception("unexpected error on %s", path)
+        await error(send, f"internal error: {type(exc).__name__}: {exc}", 500)
+
+
+def with_infer_route(app: ASGIApp, core: Core, max_body_bytes: int) -> ASGIApp:
+    """`app` with POST /v2/models/{name}[/versions/{version}]/infer handled here."""
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            match = _INFER_PATH.fullmatch(scope["path"])
+            if match is not None and scope["method"] != "POST":
+                message = f"{scope['method']} is not allowed on {scope['path']}"
+                headers = [(b"content-type", b"application/json"), (b"allow", b"POST")]
+                await respond(send, 405, orjson.dumps({"error": message}), headers)
+                return
+            if match is not None:
+                version = match[2] or ""
+                handler = serve_infer(core, max_body_bytes, scope, receive, send, match[1], version)
+                model = (match[1], str(int(version)) if version.isdigit() else version)
+                await answer_errors(send, scope["path"], handler, model)
+                return
+        await app(scope, receive, send)
+
+    return route
+
+
+async def error(send: Send, message: str, status: int, retry_after_s: int | None = None) -> None:
+    body = orjson.dumps({"error": message})
+    headers = [(b"content-type", b"application/json")]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await respond(send, status, body, headers)

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import pytest
+
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
+from gateway.core.model_dirs import versions_to_load
+
+
+def policy(text: str) -> mc.ModelConfig:
+    from google.protobuf import text_format
+
+    return text_format.Parse(f'name: "m" {text}', mc.ModelConfig())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", [3]),
+        ("version_policy { latest { num_versions: 2 } }", [2, 3]),
+        ("version_policy { all { } }", [1, 2, 3]),
+        ("version_policy { specific { versions: [ 3, 1 ] } }", [1, 3]),
+    ],
+)
+def test_version_policy(text, expected):
+    assert versions_to_load(policy(text), [1, 2, 3]) == expected
+
+
+def test_specific_version_must_exist():
+    with pytest.raises(InvalidArgument, match=r"version\(s\) \[7\]"):
+        versions_to_load(policy("version_policy { specific { versions: [ 7 ] } }"), [1])
