@@ -1,5 +1,5 @@
 """The HTTP and gRPC listeners of one process around a core: the server's own
-InferenceCore, or a front process's RemoteCore (gateway/fronts). Several front processes
+InferenceCore, or a front process's RemoteCore (gateway/front_processes). Several front processes
 bind the same ports with SO_REUSEPORT, and the kernel spreads connections among them.
 """
 

@@ -1,6 +1,6 @@
 """The server: one InferenceCore (models, queues, batchers, statistics) with its metrics
 listener, and the HTTP and gRPC listeners on its own event loop (`--workers 1`) or in
-front processes that hand it their requests (`--workers N`, gateway/fronts)."""
+front processes that hand it their requests (`--workers N`, gateway/front_processes)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class ServerOptions:
     allow_unauthenticated_management: bool = False
     # Memory budgets, load on demand and eviction (gateway/placement).
     memory: MemoryOptions = field(default_factory=MemoryOptions)
-    # Front processes serving HTTP and gRPC on the same ports (gateway/fronts); 1: this
+    # Front processes serving HTTP and gRPC on the same ports (gateway/front_processes); 1: this
     # process serves them itself.
     workers: int = 1
     # Log format and levels, which the logging extension changes at run time.

@@ -12,10 +12,10 @@ import math
 import random
 
 import pytest
-from tests.gateway.core.scheduling.test_growth import Run, simulate
 
 from gateway.core.scheduling import growth
 from gateway.core.scheduling.admission import Admission
+from tests.gateway.core.scheduling.test_growth import Run, simulate
 
 MODELS = {
     # (seconds a run, seconds a row, rows a batch, the front's share of a request's cost
