@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -12,7 +13,14 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from models.mlp import reference_outputs
-from tests.conftest import PERF_ANALYZER, installed_tool
+from tests.conftest import PERF_ANALYZER, installed_tool, wait_until
+
+
+def pending(server, model: str = "mlp") -> int:
+    """Requests the model has accepted and not yet answered."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    prefix = f'nv_inference_pending_request_count{{model="{model}",version="1"}} '
+    return int(float(next(x for x in text.splitlines() if x.startswith(prefix))[len(prefix) :]))
 
 
 def client_for(server, protocol: str):
@@ -114,7 +122,6 @@ def test_queue_timeout_and_priority_parameters(repository_copy, server_factory):
 def test_disconnected_http_client_leaves_the_queue(slow_window_repository, server_factory):
     import json
     import socket
-    import time
 
     server = server_factory(slow_window_repository)
     body = json.dumps(
@@ -124,14 +131,24 @@ def test_disconnected_http_client_leaves_the_queue(slow_window_repository, serve
         f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
+    client = httpclient.InferenceServerClient(server.http_url)
+
+    def stats() -> dict:
+        return client.get_inference_statistics("mlp")["model_stats"][0]
+
     with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
         sock.sendall(head + body)
-        time.sleep(0.2)  # queued: the batch window is one second long
-    time.sleep(1.5)  # the window has ended; the request must not have run
-    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("mlp")
-    entry = stats["model_stats"][0]
-    assert entry["execution_count"] == 0
+        # Queued: the batch window is one second long.
+        wait_until(lambda: pending(server) == 1, 30, lambda: str(stats()))
+    # The request leaves the queue as a failure...
+    wait_until(lambda: stats()["inference_stats"]["fail"]["count"] == 1, 30, lambda: str(stats()))
+    assert stats()["execution_count"] == 0
+    # ... and never runs: the next request's batch holds that request alone.
+    assert infer_mlp(server, "http", np.zeros((1, 784), dtype=np.float32)).shape == (1, 10)
+    entry = stats()
+    assert (entry["execution_count"], entry["inference_count"]) == (1, 1), entry
     assert entry["inference_stats"]["fail"]["count"] == 1
+    assert pending(server) == 0
 
 
 def _rewrite_window(repository, text: str) -> None:

@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from models import simple
 from models.config_text import DynamicBatching
 from models.mlp import reference_outputs, write_mlp
-from tests.conftest import infer_concurrently
+from tests.conftest import infer_concurrently, wait_until
 
 BATCH = 16  # requests that fill the window's one batch
 
@@ -49,6 +49,31 @@ def front_pids(server) -> list[int]:
     return pids
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a TCP socket listening on `port`."""
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # local address, state (0A: LISTEN), inode
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                listening.add(f"socket:[{fields[9]}]")
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # it has ended
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in listening:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
 def infer_http(url: str, data: np.ndarray, model: str = "mlp") -> np.ndarray:
     client = httpclient.InferenceServerClient(url, network_timeout=30.0)
     try:
@@ -61,7 +86,10 @@ def infer_http(url: str, data: np.ndarray, model: str = "mlp") -> np.ndarray:
 
 def hold_in_window(server) -> tuple[list[threading.Thread], list]:
     """15 one-row requests, each on its own connection, waiting in mlp's batch window (a
-    row short of a batch) once this returns; their outputs or errors go to the list."""
+    row short of a batch) once this returns, with every front listening; their outputs or
+    errors go to the list."""
+    wait_until_every_front_serves(server)
+    before = sum(front_requests(server).values())
     results: list = []
 
     def one(i: int) -> None:
@@ -73,9 +101,8 @@ def hold_in_window(server) -> tuple[list[threading.Thread], list]:
     threads = [threading.Thread(target=one, args=(i,)) for i in range(BATCH - 1)]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 10
-    while sum(front_requests(server).values()) < BATCH - 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: sum(front_requests(server).values()) >= before + BATCH - 1, 30,
+               lambda: f"handed on: {front_requests(server)}, {before} before")  # fmt: skip
     return threads, results
 
 
@@ -188,8 +215,10 @@ def test_a_front_stopped_alone_drains_while_the_other_takes_new_connections(two_
     server, _ = two_fronts
     threads, results = hold_in_window(server)
     victim = front_pids(server)[0]
+    assert listens_on(victim, server.http_port)
     os.kill(victim, signal.SIGTERM)
-    time.sleep(0.5)  # it has closed its listeners; its 15-row share still waits
+    # It closes its listeners; its share of the 15 rows still waits.
+    wait_until(lambda: not listens_on(victim, server.http_port))
     simple_input = np.arange(16, dtype=np.int32).reshape(1, 16)
     for _ in range(20):  # every new connection reaches the other front
         client = httpclient.InferenceServerClient(server.http_url)

@@ -107,12 +107,18 @@ def test_bytes_in_and_out_with_a_config_the_model_completed(server):
         assert result.as_numpy("LENGTH").tolist() == [[6, 3]]
 
 
-def test_an_error_response_fails_its_request_alone(server):
-    http = httpclient.InferenceServerClient(server.http_url)
-    before = http.get_inference_statistics("py_strings")["model_stats"][0]
-
+def test_an_error_response_fails_its_request_alone(tmp_path, server_factory):
+    # py_strings batching as the model sets it (8 rows), but whose window waits for a full
+    # batch (a full batch leaves at once): the 8 requests below are one batch.
+    python_models.build(tmp_path / "repository", ("py_strings",))
+    with open(tmp_path / "repository" / "py_strings" / "config.pbtxt", "a") as config:
+        config.write(
+            "dynamic_batching { max_queue_delay_microseconds: 60000000 }\n"
+            'parameters { key: "adaptive_batch_window" value { string_value: "false" } }\n'
+        )
+    server = server_factory(tmp_path / "repository")
     sent = []
-    for i in range(32):
+    for i in range(8):
         tensor = httpclient.InferInput("TEXT", [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[b"" if i % 2 else b"x"]], dtype=object))
         sent.append([tensor])
@@ -124,9 +130,12 @@ def test_an_error_response_fails_its_request_alone(server):
             assert result.status() == "400"
         else:
             assert result.as_numpy("UPPER").tolist() == [[b"X"]]
-    # ... and they did share batches with the requests that failed.
-    after = http.get_inference_statistics("py_strings")["model_stats"][0]
-    assert after["execution_count"] - before["execution_count"] < 32
+    # ... and they did share one batch with the requests that failed.
+    http = httpclient.InferenceServerClient(server.http_url)
+    stats = http.get_inference_statistics("py_strings")["model_stats"][0]
+    assert (stats["execution_count"], stats["inference_count"]) == (1, 8), stats
+    counts = stats["inference_stats"]
+    assert (counts["success"]["count"], counts["fail"]["count"]) == (4, 4), stats
 
 
 def test_a_model_calls_another_model_of_the_gateway(server):
