@@ -9,13 +9,7 @@ import sys
 from pathlib import Path
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
-from gateway import (
-    SERVER_NAME,
-    __version__,
-    compile_command,
-    health_command,
-    loadtest_command,
-)
+from gateway import SERVER_NAME, __version__
 from gateway.arguments import (
     port,
     positive_float,
@@ -27,6 +21,7 @@ from gateway.core.placement import options as memory_options
 from gateway.core.repository import CONTROL_MODES
 from gateway.core.scheduling.admission import EXEMPT_PER_INSTANCE
 from gateway.listeners import event_loop_factory
+from gateway.operation import health_command
 from gateway.operation.drain import DEFAULT_DRAIN_SECONDS
 from gateway.operation.limits import ConnectionLimits
 from gateway.operation.log_settings import FORMATS, LogSettings, parse_levels
@@ -40,6 +35,7 @@ from gateway.operation.security import (
 from gateway.operation.tracing.tracer import Tracing, parse_trace_config
 from gateway.protocols.grpc.listener import GRPC_SERVERS
 from gateway.server import Gateway, ServerOptions
+from gateway.tools import compile_command, loadtest_command
 from gateway.tools.compare import command as compare_command
 from gateway.tools.ray import command as ray_command
 
