@@ -51,16 +51,19 @@ def _declared() -> list[Platform]:
 
 @functools.cache
 def platforms() -> dict[str, Platform]:
-    """Every platform name and alias -> its backend."""
+    """Every platform name and alias -> its backend. A name two backends claim stays
+    with the first (the built-in ones come first), and the clash is logged: one plug-in
+    must not take over a built-in name, nor stop the server."""
     by_name: dict[str, Platform] = {}
     for platform in _declared():
         for name in platform.names:
             other = by_name.get(name)
             if other is not None and other != platform:
-                raise BackendUnavailable(
-                    f"platform name '{name}' is claimed by two backends: {other.module} and "
-                    f"{platform.module}; uninstall one of them"
-                )
+                log.error(
+                    "platform name '%s' is claimed by two backends: %s and %s; %s keeps it "
+                    "(uninstall one of them)", name, other.module, platform.module, other.module,
+                )  # fmt: skip
+                continue
             by_name[name] = platform
     return by_name
 

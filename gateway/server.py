@@ -70,7 +70,7 @@ class ServerOptions:
     tls: TLSFiles | None = None
     # Management without the admin token on a non-loopback address, only when asked for.
     allow_unauthenticated_management: bool = False
-    # Memory budgets, load on demand and eviction (gateway/placement).
+    # Memory budgets, load on demand and eviction (gateway/core/placement).
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     # Front processes serving HTTP and gRPC on the same ports (gateway/front_processes); 1: this
     # process serves them itself.

@@ -45,29 +45,38 @@ def find_cycle(
 
 
 def dependents_to_unload(
-    name: str, loaded: list[str], members_of: Callable[[str], list[str]]
+    name: str, in_use: list[str], members_of: Callable[[str], list[str]]
 ) -> list[str]:
-    """What `unload_dependents` takes down with `name`: the loaded models it is made of,
-    through every level, less those a loaded model outside the unload still uses (its
-    other users would break). In unload order: a composite before its members.
-    `members_of` says what a loaded model is made of."""
-    order: list[str] = []
+    """What `unload_dependents` takes down with `name`: the models it is made of that are
+    in use (loaded or loading), through every level, less those a model in use outside
+    the unload still uses (its other users would break). In unload order: every member
+    after each of its users in the set (a reverse post-order of the walk), so that no
+    composite still serving loses a member under it. `members_of` says what a model in
+    use is made of."""
     reached = {name}
     queue = [name]
     while queue:
         for member in members_of(queue.pop(0)):
-            if member not in reached and member in loaded:
+            if member not in reached and member in in_use:
                 reached.add(member)
-                order.append(member)
                 queue.append(member)
     # A member kept for another user keeps its own members too: repeat until none changes.
     kept = True
     while kept:
         kept = False
-        for member in list(order):
-            users = (m for m in loaded if m not in reached and member in members_of(m))
-            if next(users, None) is not None:
+        for member in sorted(reached - {name}):
+            if any(m not in reached and member in members_of(m) for m in in_use):
                 reached.discard(member)
-                order.remove(member)
                 kept = True
-    return order
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(model: str) -> None:
+        seen.add(model)
+        for member in members_of(model):
+            if member in reached and member not in seen:
+                visit(member)
+        order.append(model)
+
+    visit(name)
+    return [m for m in reversed(order) if m != name]

@@ -4,12 +4,14 @@ Every front (the V2 HTTP routes, the V2 gRPC service, and the fronts to come) is
 against `Core` alone. Three implementations stand behind it, one per way of deploying:
 - `gateway.core.service.InferenceCore`: the models in this process (`accel-gateway serve`);
 - `gateway.front_processes.remote.RemoteCore`: a front process whose models live in the host
-  process (`serve --workers N`);
+  process (`serve --front-processes N`);
 - `gateway.tools.ray.ingress.RayCore`: the Ray Serve ingress, whose models are deployments.
 
-A route added to a front works in all three, or the type checker says which one lacks
-what it calls (tests/typecheck/implementations.py, checked by mypy in the test command),
-and the route tests run against each (tests/integration/test_core_implementations.py).
+A call a front makes exists in all three with the same signature, or the type checker
+says which one lacks it (tests/typecheck/implementations.py, checked by mypy in the test
+command); one route suite (tests/integration/route_suite.py) runs against a server of
+each kind, and model control, which the suite's in-process and Ray servers refuse by
+their modes, is tested through front processes on its own.
 
 What a front may use and nothing more: the calls below, and five parts it drives itself.
 A front asks `shedder` before it reads a request, counts its calls through `in_flight`,

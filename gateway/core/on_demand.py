@@ -1,6 +1,6 @@
 """On-demand mode's side of the repository: a request for a model that is not loaded
 loads it (once, however many wait), and loads that need room evict the least recently
-used idle models (gateway/placement decides which; this module knows what idle means
+used idle models (gateway/core/placement decides which; this module knows what idle means
 and unloads them). Pinned models are never evicted.
 """
 

@@ -7,7 +7,7 @@ and Triton's control modes:
 - poll: load everything at start and follow changes on disk; load/unload refused.
 - on-demand: every model is known and unloaded until its first request (or a metadata
   or config call) loads it; when a load needs room, the least recently used idle models
-  are evicted (gateway/placement). Pinned models load at start and stay. Load and
+  are evicted (gateway/core/placement). Pinned models load at start and stay. Load and
   unload calls are allowed.
 In every mode a load is placed by bytes within the devices' memory budgets, and fails
 with the sizes when it cannot fit. A model that fails to load is recorded with its
@@ -418,7 +418,7 @@ class ModelRepository:
         self, name: str, model_dir: Path, version: int, config: mc.ModelConfig
     ) -> ModelVersion:
         """Placed, loaded, warmed up and measured (gateway/core/placement/manager.py); a
-        router has its variants loaded instead (gateway/routing)."""
+        router has its variants loaded instead (gateway/core/routing)."""
         if is_router(config) or is_ensemble(config):
             # Each load of a model made of others would wait for the other's: refuse.
             cycle = find_cycle(config, self._config_on_disk)
@@ -477,8 +477,7 @@ class ModelRepository:
         no other loaded model uses (Triton's `unload_dependents`), composites first."""
         names = [name]
         if dependents:
-            loaded = [n for n, e in self.models.items() if e.ready_versions()]
-            names += dependents_to_unload(name, loaded, self._members_loaded)
+            names += dependents_to_unload(name, self._in_use(), self._members_of)
         before = [self._loaded(n) for n in names]
         # Shielded like a load: a cancelled caller must not leave versions UNLOADING.
         unloading = asyncio.ensure_future(self._unload_in_order(names))
@@ -490,8 +489,12 @@ class ModelRepository:
                 self._settle()
 
     async def _unload_in_order(self, names: list[str]) -> None:
+        """The model, then its members; each member asked again at its turn whether a
+        model in use still needs it (a load during the drain may have taken it up)."""
         failure = None
-        for name in names:
+        for index, name in enumerate(names):
+            if index and any(name in self._members_of(n) for n in self._in_use() if n != name):
+                continue
             try:
                 await self._unload(name)
             except Exception as exc:  # the members after it are unloaded all the same
@@ -499,14 +502,25 @@ class ModelRepository:
         if failure is not None:
             raise failure
 
-    def _members_loaded(self, name: str) -> list[str]:
-        """What the loaded versions of a model are made of (their configs as loaded)."""
+    def _in_use(self) -> list[str]:
+        """Models with a version ready or loading."""
+        return [
+            n for n, e in self.models.items()
+            if any(s.state in ("READY", "LOADING") for s in e.versions.values())
+        ]  # fmt: skip
+
+    def _members_of(self, name: str) -> list[str]:
+        """What a model in use is made of: its loaded versions' configs, or, while none has
+        loaded yet, its config on disk."""
         entry = self.models.get(name)
         states = entry.versions.values() if entry is not None else []
         found: list[str] = []
         for state in states:
             if state.model is not None:
                 found += [m for m in members(state.model.config) if m not in found]
+        if not found and any(s.state == "LOADING" for s in states):
+            config = self._config_on_disk(name)
+            found = members(config) if config is not None else []
         return found
 
     def _settle(self) -> None:

@@ -34,3 +34,23 @@ def endpoints(request, gateway) -> Endpoints:
 @pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.__name__)
 def test_every_route_answers_the_same_in_every_deployment(endpoints, route):
     route(endpoints)
+
+
+def test_model_control_goes_through_a_front_process_with_its_parameters(front_processes):
+    """Load and unload (not in the suite: the in-process gateway there and the Ray ingress
+    refuse them by their control modes) through a front, `unload_dependents` included."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    http = httpclient.InferenceServerClient(front_processes.http_url, network_timeout=120)
+    grpc = grpcclient.InferenceServerClient(front_processes.grpc_url)
+    members = {"digits_preprocess", "digits", "digits_postprocess"}
+
+    def ready() -> set[str]:
+        return {r["name"] for r in http.get_model_repository_index() if r.get("state") == "READY"}
+
+    http.load_model("digits_pipeline")  # and its members with it
+    assert {"digits_pipeline", *members} <= ready()
+    grpc.unload_model("digits_pipeline", unload_dependents=True)
+    assert not {"digits_pipeline", *members} & ready()
+    assert "simple" in ready()

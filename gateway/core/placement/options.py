@@ -77,7 +77,7 @@ def _positive(kind):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("memory and placement (gateway/placement)")
+    group = parser.add_argument_group("memory and placement (gateway/core/placement)")
     group.add_argument(
         "--host-memory-budget", type=_budget, metavar="SHARE",
         help="host memory model instances on the CPU may take: a fraction of what is free "

@@ -195,7 +195,7 @@ SCHEMAS: dict[str, Schema] = {
                 "state": {"type": "string"},
                 "reason": {"type": "string"},
                 "memory": {
-                    "description": "A loaded version's devices and bytes (gateway/placement)",
+                    "description": "A loaded version's devices and bytes (gateway/core/placement)",
                     "type": "object",
                     "properties": {
                         "devices": {"type": "array", "items": {"type": "string"}},

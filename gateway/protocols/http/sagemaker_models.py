@@ -11,7 +11,7 @@
 `url` is where SageMaker unpacked the model's archive: a Triton model directory, or a
 directory holding exactly one. It must lie inside the model repository (SageMaker's
 /opt/ml/models, given as --model-repository): files come from nowhere else. Loads go
-through the same placement as every other load (gateway/placement), so a model that does
+through the same placement as every other load (gateway/core/placement), so a model that does
 not fit gets 507, and SageMaker unloads the models it used least and tries again; in
 on-demand mode the gateway evicts them itself first.
 """

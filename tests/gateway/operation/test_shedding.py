@@ -211,28 +211,32 @@ def test_the_first_request_wakes_an_idle_watch_and_it_ticks_while_requests_come(
     """Idle, the watch sleeps 50 ms; a surge that began in that sleep went unseen for
     60 ms. `simple` runs inline, so no request is in flight at any tick: the requests
     asked about since the last tick keep it ticking."""
-    shedder = LoopShedder(target_lag_s=0.001, busy=lambda: False)
+    # On a clock the test moves: each due time is read exactly, however late this
+    # machine wakes the loop.
+    clock = FakeClock()
+    shedder = LoopShedder(target_lag_s=0.001, busy=lambda: False, clock=clock)
 
     async def scenario() -> tuple[float, float, float]:
         watcher = asyncio.create_task(shedder.watch())
         await asyncio.sleep(0.01)
-        idle = shedder.due - time.monotonic()
+        idle = shedder.due - clock()
         shedder.refuse()  # a request
         for _ in range(3):
             await asyncio.sleep(0)
-        woken, tick_due = shedder.due - time.monotonic(), shedder.due
+        woken, tick_due = shedder.due - clock(), shedder.due
         shedder.refuse()  # another, before that tick
-        for _ in range(200):  # until the tick has come and the next is set
+        clock.advance(TICK_S)
+        for _ in range(2000):  # until the tick has come and the next is set
             if shedder.due > tick_due:
                 break
             await asyncio.sleep(0.0005)
-        ticking = shedder.due - time.monotonic()
+        ticking = shedder.due - clock()
         watcher.cancel()
         return idle, woken, ticking
 
     idle, woken, ticking = asyncio.run(scenario())
-    assert TICK_S < idle <= IDLE_TICK_S  # the idle tick's own due time
-    assert woken <= TICK_S and ticking <= TICK_S
+    assert idle == pytest.approx(IDLE_TICK_S)  # the idle tick's own due time
+    assert woken == pytest.approx(TICK_S) and ticking == pytest.approx(TICK_S)
 
 
 def test_nothing_is_refused_while_no_other_request_is_in_flight():

@@ -4,6 +4,7 @@ its own and in the scheduler for models without dynamic batching."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -142,11 +143,14 @@ def test_queue_budget_parameter():
 
 
 class SleepingBackend(Backend):
-    """y = x after `sleep_s` (on the instance's thread); counts its runs."""
+    """y = x after `sleep_s` (on the instance's thread); counts its runs, and those that
+    ended; a run may first wait for a gate the test opens."""
 
-    def __init__(self, sleep_s: float) -> None:
+    def __init__(self, sleep_s: float, gate: threading.Event | None = None) -> None:
         self.sleep_s = sleep_s
+        self.gate = gate
         self.runs = 0
+        self.ended = 0
 
     def inputs(self):
         return [TensorSpec("x", "FP32", (1,))]
@@ -156,7 +160,10 @@ class SleepingBackend(Backend):
 
     def run(self, inputs, output_names):
         self.runs += 1
+        if self.gate is not None:
+            self.gate.wait(10)
         time.sleep(self.sleep_s)
+        self.ended += 1
         return {"y": inputs["x"]}
 
     @classmethod
@@ -188,20 +195,29 @@ def one(value: float, **parameters) -> InferRequest:
 
 
 def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
-    backend = SleepingBackend(0.0)
+    gate = threading.Event()
+    gate.set()
+    backend = SleepingBackend(0.0, gate)
     # Runs of 5 ms by the instance's clock; more than EXEMPT_PER_INSTANCE runs in 150 ms.
     scheduler = direct(backend, budget_ms=150, run_ns=5_000_000)
 
     async def scenario():
         for _ in range(2):  # the second run measures the service time (a first is left out)
             await scheduler.infer(one(0))
-        return await burst(scheduler.infer, [one(v) for v in range(80)], lambda: backend.runs)
+        gate.clear()  # the burst's first run waits until every request of it was decided
+        answers = asyncio.ensure_future(
+            burst(scheduler.infer, [one(v) for v in range(80)], lambda: backend.ended)
+        )
+        for _ in range(3):  # the burst's requests each take their first step
+            await asyncio.sleep(0)
+        gate.set()
+        return await answers
 
     served, refused = asyncio.run(scenario())
     assert all(isinstance(exc, Overloaded) for exc, _ in refused)
     # 150 ms of 5 ms runs: thirty admitted, the rest refused before any of them ran.
     assert 29 <= len(served) <= 31 and len(refused) == 80 - len(served)
-    assert {runs for _, runs in refused} == {2}
+    assert {ended for _, ended in refused} == {2}
     assert backend.runs == 2 + len(served)
     assert scheduler.stats.as_dict()["inference_stats"]["fail"]["count"] == len(refused)
 

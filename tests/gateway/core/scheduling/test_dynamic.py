@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,9 +25,11 @@ from tests.clocks import runs_take
 class DoublingBackend(Backend):
     """y = 2x; remembers every batch it ran; fails on negative input; may be slow."""
 
-    def __init__(self, sleep_s: float = 0.0, allowed=None) -> None:
+    def __init__(self, sleep_s: float = 0.0, allowed=None, gate=None) -> None:
+        """`gate`: a threading.Event each run waits for first."""
         self.sleep_s = sleep_s
         self.allowed = allowed
+        self.gate = gate
         self.batches: list[np.ndarray] = []
 
     def allowed_batch_sizes(self):
@@ -40,6 +43,8 @@ class DoublingBackend(Backend):
 
     def run(self, inputs, output_names):
         x = inputs["x"]
+        if self.gate is not None:
+            self.gate.wait(10)
         self.batches.append(x.copy())
         time.sleep(self.sleep_s)
         if (x < 0).any():
@@ -249,7 +254,9 @@ def test_a_failure_inside_the_batcher_fails_queued_requests_instead_of_hanging(m
 
 
 def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead(burst):
-    backend = DoublingBackend()
+    gate = threading.Event()
+    gate.set()
+    backend = DoublingBackend(gate=gate)
     # Runs of 10 ms by the instance's clock; more than EXEMPT_PER_INSTANCE rows in 300 ms.
     batcher = make_batcher(
         [backend], batching="", max_batch_size=2, queue_budget_ms=300, run_ns=10_000_000
@@ -258,8 +265,15 @@ def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead(burst):
     async def go():
         for _ in range(2):  # the second batch of one row measures 10 ms a row
             await batcher.infer(request(1.0))
+        gate.clear()  # the burst's first batch waits until every request of it was decided
         ran = lambda: len(backend.batches)  # noqa: E731
-        _, refused = await burst(batcher.infer, [request(float(i)) for i in range(80)], ran)
+        answers = asyncio.ensure_future(
+            burst(batcher.infer, [request(float(i)) for i in range(80)], ran)
+        )
+        for _ in range(3):  # the burst's requests each take their first step
+            await asyncio.sleep(0)
+        gate.set()
+        _, refused = await answers
         await batcher.close()
         return refused
 
