@@ -204,14 +204,8 @@ def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
     async def scenario():
         for _ in range(2):  # the second run measures the service time (a first is left out)
             await scheduler.infer(one(0))
-        gate.clear()  # the burst's first run waits until every request of it was decided
-        answers = asyncio.ensure_future(
-            burst(scheduler.infer, [one(v) for v in range(80)], lambda: backend.ended)
-        )
-        for _ in range(3):  # the burst's requests each take their first step
-            await asyncio.sleep(0)
-        gate.set()
-        return await answers
+        requests = [one(v) for v in range(80)]
+        return await burst(scheduler.infer, requests, lambda: backend.ended, hold=gate)
 
     served, refused = asyncio.run(scenario())
     assert all(isinstance(exc, Overloaded) for exc, _ in refused)

@@ -265,15 +265,9 @@ def test_an_overloaded_batcher_refuses_at_once_by_rows_ahead(burst):
     async def go():
         for _ in range(2):  # the second batch of one row measures 10 ms a row
             await batcher.infer(request(1.0))
-        gate.clear()  # the burst's first batch waits until every request of it was decided
         ran = lambda: len(backend.batches)  # noqa: E731
-        answers = asyncio.ensure_future(
-            burst(batcher.infer, [request(float(i)) for i in range(80)], ran)
-        )
-        for _ in range(3):  # the burst's requests each take their first step
-            await asyncio.sleep(0)
-        gate.set()
-        _, refused = await answers
+        requests = [request(float(i)) for i in range(80)]
+        _, refused = await burst(batcher.infer, requests, ran, hold=gate)
         await batcher.close()
         return refused
 
