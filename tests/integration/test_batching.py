@@ -183,23 +183,18 @@ def test_a_lone_client_does_not_wait_the_batch_window(repository_copy, server_fa
             before = after
         return np.array(waits)
 
-    # The window is 20 ms: waiting it out shows as 20,000 us, in every round. A lone
-    # request's queue time (from when the queue takes it, after its checks, to the
-    # batch's forming) was p50 23-32, p99 75-85 us on a quiet 2-core VM, where one
-    # request in a few hundred meets a stall of 0.2-0.6 ms when the suite or another
-    # process shares the cores: the 100 us p99 must hold in one round of three, and
-    # every round stays under 1 ms at p99.
-    rounds = []
+    # Waiting the 20 ms window out shows as 20,000 us or more in every request's queue
+    # time; not waiting it shows as tens of microseconds (p50 23-32 us on a quiet 2-core
+    # VM). What the code decides is which of the two happens, so the test counts the
+    # requests that waited a window's worth: a stall of the machine (CI's shared cores
+    # gave 0.2-0.8 ms at p99) can make a few wait that long, waiting the window makes all.
     try:
-        for _ in range(3):
-            waits = round_of_waits(400)
-            assert np.percentile(waits, 99) < 1_000_000, sorted(waits)[-5:]
-            rounds.append(np.percentile(waits, 99))
-            if rounds[-1] < 100_000:
-                break
+        waits = round_of_waits(400)
     finally:
         client.close()
-    assert min(rounds) < 100_000, rounds
+    waited_the_window = int(np.count_nonzero(waits >= 20_000_000))
+    assert waited_the_window <= len(waits) // 20, sorted(waits)[-5:]
+    assert np.median(waits) < 5_000_000, np.median(waits)
 
 
 def test_under_load_batches_still_fill_to_the_preferred_size(repository_copy, server_factory):

@@ -26,7 +26,7 @@ def test_a_notify_between_a_try_and_the_wait_is_not_lost():
         room.notify()  # while the load was trying: nobody waited yet
         began = time.monotonic()
         assert await room.wait(seen, time.monotonic() + 5)
-        assert time.monotonic() - began < 0.1
+        assert time.monotonic() - began < 2.5  # the lost notify would wait the 5 s out
         assert not await room.wait(room.generation, time.monotonic() + 0.05)  # nothing new
 
     asyncio.run(scenario())
