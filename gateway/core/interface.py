@@ -38,7 +38,8 @@ MODEL_CALLS = frozenset(
         "statistics", "repository_index", "model_ready", "check_model_ready",
         "model_metadata", "model_config", "load_model", "unload_model",
         "log_settings_dict", "update_log_settings", "trace_settings_dict",
-        "update_trace_settings",
+        "update_trace_settings", "load_model_directory", "unload_model_directory",
+        "model_directories", "load_on_first_use",
     }
 )  # fmt: skip
 
@@ -90,6 +91,27 @@ class Core(Protocol):
     async def unload_model(
         self, name: str, token: str | None, parameters: dict[str, Any] | None = None
     ) -> None: ...
+
+    # ---- models chosen by directory or by their first request (SageMaker's contract) --
+
+    async def load_model_directory(self, name: str, url: str, token: str | None) -> None:
+        """Load the Triton model directory at `url` (inside the repository) as `name`:
+        Conflict when the name is taken, InsufficientStorage when it cannot fit
+        (gateway/core/directory_models.py)."""
+
+    async def unload_model_directory(self, name: str, token: str | None) -> None:
+        """Unload a model loaded by directory, and forget its name; NotFound if it is not
+        loaded."""
+
+    async def model_directories(self) -> dict[str, str]:
+        """Models loaded by directory that a request can reach, each with the url it was
+        loaded from: the ready ones, and on demand those evicted since (a request
+        reloads them)."""
+        ...
+
+    async def load_on_first_use(self, name: str) -> None:
+        """Load a repository model that a request names, once, by its first request;
+        NotFound when the repository has no such model."""
 
     # ---- logging and trace settings (Triton's extensions) ----------------------------
 

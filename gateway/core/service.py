@@ -23,6 +23,7 @@ from accel_base.errors import (
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.core.decoupled import stream_responses
+from gateway.core.directory_models import DirectoryModels
 from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.model import ModelVersion
 from gateway.core.model_calls import ModelCalls
@@ -77,6 +78,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         )
         # Python models call other models through the core, as a client would.
         self.model_calls = repository.model_calls = ModelCalls(self._model_call)
+        self.directory_models = DirectoryModels(repository)  # SageMaker's ways to load
         self.log_settings = LogSettings()  # the server's, set by gateway/server.py
         self.tracing = Tracing()  # off until its settings say otherwise
         self.access_log = False
@@ -263,6 +265,25 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
                 f"unload parameter 'unload_dependents' must be true or false, got {dependents!r}"
             )
         await self.repository.unload(name, dependents=dependents)
+
+    async def load_model_directory(self, name: str, url: str, token: str | None) -> None:
+        self.check_token(token)
+        await self.directory_models.load(name, url)
+
+    async def unload_model_directory(self, name: str, token: str | None) -> None:
+        self.check_token(token)
+        await self.directory_models.unload(name)
+
+    async def model_directories(self) -> dict[str, str]:
+        models = self.directory_models
+        on_demand = self.repository.control_mode == "on-demand"
+        return {
+            name: url for name, url in models.urls.items()
+            if on_demand or self.repository.is_ready(name)
+        }  # fmt: skip
+
+    async def load_on_first_use(self, name: str) -> None:
+        await self.directory_models.load_on_first_use(name)
 
 
 def _printable(text: str) -> str:

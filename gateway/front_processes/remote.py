@@ -199,6 +199,18 @@ class RemoteCore(SharedMemoryCalls):
     async def unload_model(self, name: str, token: str | None, parameters: Any = None) -> None:
         await self._call("unload_model", name, token, parameters)
 
+    async def load_model_directory(self, name: str, url: str, token: str | None) -> None:
+        await self._call("load_model_directory", name, url, token)
+
+    async def unload_model_directory(self, name: str, token: str | None) -> None:
+        await self._call("unload_model_directory", name, token)
+
+    async def model_directories(self) -> dict[str, str]:
+        return await self._call("model_directories")
+
+    async def load_on_first_use(self, name: str) -> None:
+        await self._call("load_on_first_use", name)
+
     async def log_settings_dict(self) -> dict[str, Any]:
         """The model host's logging (the fronts log little of their own)."""
         return await self._call("log_settings_dict")

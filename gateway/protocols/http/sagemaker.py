@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import PurePosixPath
 from urllib.parse import parse_qs, unquote
@@ -24,7 +23,7 @@ from urllib.parse import parse_qs, unquote
 import orjson
 
 from accel_base.errors import InvalidArgument, NotFound, Unavailable
-from gateway.core.service import InferenceCore
+from gateway.core.interface import Core
 from gateway.protocols.http.infer_route import (
     ASGIApp,
     Receive,
@@ -68,16 +67,11 @@ def binary_header_length(content_type: str) -> str | None:
     raise InvalidArgument(f"content type {BINARY_CONTENT_TYPE} needs json-header-size=<bytes>")
 
 
-def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
-    # One load per model, ever, started by its first invocation: concurrent first calls
-    # share it, a model that failed to load is not loaded again on every request, and a
-    # model an administrator unloads stays unloaded (loads go through the V2 API after).
-    first_loads: dict[str, asyncio.Task] = {}
-
+def create_sagemaker_app(core: Core, max_body_bytes: int) -> ASGIApp:
     async def resolve_model(scope: Scope) -> str:
         target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
         if target is None:
-            ready = sorted({model.name for model in core.repository.ready_models()})
+            ready = sorted({row["name"] for row in await core.repository_index(ready_only=True)})
             if not ready:
                 raise Unavailable(
                     "no model is ready; name one with the X-Amzn-SageMaker-Target-Model header"
@@ -89,16 +83,12 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
                 )
             return ready[0]
         name = model_name_of(target.decode("latin-1"))
-        if core.repository.is_ready(name) or core.repository.control_mode == "on-demand":
-            return name  # on demand, the request itself loads it (or says why not)
-        if not name or name.startswith(".") or name not in _repository_names(core):
+        try:
+            await core.load_on_first_use(name)
+        except NotFound:
             raise NotFound(
                 f"target model '{target.decode('latin-1')}' is not in the model repository"
-            )
-        if name not in first_loads:
-            log.info("loading model '%s' for its first SageMaker invocation", name)
-            first_loads[name] = asyncio.ensure_future(core.repository.load(name))
-        await asyncio.shield(first_loads[name])
+            ) from None
         return name
 
     async def invoke(scope: Scope, receive: Receive, send: Send) -> None:
@@ -115,15 +105,15 @@ def create_sagemaker_app(core: InferenceCore, max_body_bytes: int) -> ASGIApp:
             answer = await models.load(receive, dict(scope["headers"]))
         elif parts == [] and method == "GET":
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            answer = models.list({key: values[-1] for key, values in query.items()})
+            answer = await models.list({key: values[-1] for key, values in query.items()})
         elif len(parts) == 1 and method == "GET":
-            answer = models.get(unquote(parts[0]))
+            answer = await models.get(unquote(parts[0]))
         elif len(parts) == 1 and method == "DELETE":
             answer = await models.unload(unquote(parts[0]), dict(scope["headers"]))
         elif len(parts) == 2 and parts[1] == "invoke" and method == "POST":
             name = unquote(parts[0])
-            if not (models.known(name) and core.repository.control_mode == "on-demand"):
-                models.get(name)  # 404 unless loaded (on demand, an evicted one reloads)
+            if name not in await core.model_directories():
+                await models.get(name)  # 404 unless loaded (on demand, an evicted one reloads)
             await serve_infer(core, max_body_bytes, _binary_length(scope), receive, send, name, "")
             return
         else:
@@ -157,7 +147,3 @@ def _binary_length(scope: Scope) -> Scope:
         if length is not None:
             return {**scope, "headers": [*scope["headers"], (HEADER_LENGTH_KEY, length.encode())]}
     return scope
-
-
-def _repository_names(core: InferenceCore) -> set[str]:
-    return {entry["name"] for entry in core.repository.index()}

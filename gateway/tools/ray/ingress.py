@@ -244,6 +244,20 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
     async def unload_model(self, name: str, token: str | None, parameters: Any = None) -> None:
         self.check_admin(token)
 
+    async def load_model_directory(self, name: str, url: str, token: str | None) -> None:
+        self.check_admin(token)
+
+    async def unload_model_directory(self, name: str, token: str | None) -> None:
+        self.check_admin(token)
+
+    async def model_directories(self) -> dict[str, str]:
+        return {}  # every model is a deployment of the repository's
+
+    async def load_on_first_use(self, name: str) -> None:
+        """Every deployed model is loaded; one not deployed is not in the repository."""
+        if not await self.model_ready(name):
+            raise NotFound(f"model '{name}' is not deployed")
+
 
 class Ingress:
     """The body of the ingress deployment (deployments.py wraps it)."""
