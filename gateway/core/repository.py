@@ -19,16 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
-from gateway.core.composites import dependents_to_unload, find_cycle, members
+from gateway.core.composites import find_cycle
 from gateway.core.ensemble.loading import load_ensemble
 from gateway.core.ensemble.plan import is_ensemble
+from gateway.core.lookups import Lookups
+from gateway.core.member_loads import MemberLoads
 from gateway.core.model import ModelVersion
 from gateway.core.model_calls import ModelCalls
 from gateway.core.model_config import (
@@ -39,26 +40,29 @@ from gateway.core.model_config import (
     read_config,
 )
 from gateway.core.model_dirs import available_versions, fingerprint, versions_to_load
+from gateway.core.model_entry import (
+    ModelEntry,
+    VersionState,
+    is_ready_state,
+    retrieved,
+)
 from gateway.core.on_demand import OnDemand, is_pinned
 from gateway.core.placement.inventory import read_inventory
 from gateway.core.placement.ledger import NoRoom
 from gateway.core.placement.manager import MemoryManager
-from gateway.core.repository_index import index_rows
 from gateway.core.routing.config import is_router
 from gateway.core.routing.loading import load_router
-from gateway.core.routing.router import RouterModel
 from gateway.core.scheduling.admission import queue_budget
 from gateway.core.scheduling.execution import process_only
-from gateway.core.scheduling.instances import usable_cores
 from gateway.core.scheduling.spares import SpareWorkers
 from gateway.core.scheduling.window import adaptive_window
 from gateway.core.sealing import (
     check_config_paths,
     check_links,
-    model_directory,
     relative_to_repository,
     repository_prefixes,
 )
+from gateway.core.unloading import Unloading
 from gateway.operation import heap
 from gateway.operation.drain import DEFAULT_DRAIN_SECONDS
 
@@ -69,37 +73,7 @@ MANAGED_MODES = ("explicit", "on-demand")  # where load and unload calls are all
 SETTLE_EVERY_S = 2.0  # on demand: the heap settles at most this often
 
 
-@dataclass(slots=True)
-class VersionState:
-    state: str  # READY, LOADING, UNLOADING, UNAVAILABLE
-    reason: str = ""
-    model: ModelVersion | None = None
-
-
-@dataclass(slots=True)
-class ModelEntry:
-    name: str
-    versions: dict[int, VersionState] = field(default_factory=dict)
-    fingerprint: tuple = ()  # what the files looked like when last loaded (poll mode)
-    error: str = ""  # why the model as a whole (its config) could not load
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Loads and unloads that hold or wait for the lock, counted before they wait: a
-    # lock just released may still have a woken waiter, and eviction never waits.
-    users: int = 0
-    failed_at: float | None = None  # on demand: when its last load failed (clock seconds)
-    # The config override of its last load call, which an on-demand reload keeps.
-    override: dict[str, Any] | None = None
-    pinned: bool = False  # never evicted (its config's `pinned` parameter, or --pin-model)
-
-    def ready_versions(self) -> list[int]:
-        return sorted(v for v, s in self.versions.items() if s.state == "READY")
-
-
-def _ready(state: VersionState | None) -> bool:
-    return state is not None and state.state == "READY"
-
-
-class ModelRepository:
+class ModelRepository(Lookups, MemberLoads, Unloading):
     def __init__(
         self,
         root: Path,
@@ -134,93 +108,6 @@ class ModelRepository:
         self.model_calls: ModelCalls | None = None
         self.on_demand = OnDemand(self)
 
-    # ---- queries -------------------------------------------------------------------
-
-    def model_names_on_disk(self) -> list[str]:
-        """The repository's model directories, and the names given to others inside it."""
-        names = {p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")}
-        return sorted(names | set(self.aliases))
-
-    def exists(self, name: str) -> bool:
-        return name in self.aliases or (model_name_ok(name) and (self.root / name).is_dir())
-
-    def model_dir(self, name: str) -> Path:
-        """Where the model's files are: `root/name`, or the directory inside the
-        repository that a SageMaker load gave that name."""
-        alias = self.aliases.get(name)
-        if alias is None:
-            return model_directory(self.root, name)
-        if not alias.resolve().is_relative_to(self.root.resolve()):
-            raise InvalidArgument(
-                f"model '{name}': its directory leads outside the model repository"
-            )
-        return alias
-
-    def get(self, name: str, version: str = "") -> ModelVersion:
-        """The READY model version a request asks for ('' means the latest ready one)."""
-        entry = self.models.get(name)
-        if version == "" and entry is not None and len(entry.versions) == 1:
-            # The common case first, without checks or sorting: one version, ready.
-            (state,) = entry.versions.values()
-            if state.state == "READY":
-                return state.model  # type: ignore[return-value]
-        _check_version(version)
-        if entry is None or not entry.versions:
-            if self.control_mode == "on-demand" and self.exists(name):
-                raise Unavailable(f"model '{name}' is not loaded; it loads on its first request")
-            # Triton's words first: clients match on them.
-            raise NotFound(
-                f"Request for unknown model: '{name}' is not found" + self._loaded_hint()
-            )
-        if version == "":
-            ready = entry.ready_versions()
-            if not ready:
-                states = ", ".join(
-                    f"{v}: {s.state} {s.reason}".strip() for v, s in entry.versions.items()
-                )
-                raise Unavailable(
-                    f"Request for unknown model: '{name}' has no available versions ({states})"
-                )
-            return entry.versions[ready[-1]].model  # type: ignore[return-value]
-        number = int(version)
-        state = entry.versions.get(number)
-        if state is None:
-            raise NotFound(
-                f"Request for unknown model: '{name}' version {number} is not found; "
-                "loaded versions: "
-                f"{sorted(entry.versions) or 'none'}"
-            )
-        if state.state != "READY":
-            detail = f"{state.state} {state.reason}".strip()
-            raise Unavailable(f"model '{name}' version {number} is not ready: {detail}")
-        return state.model  # type: ignore[return-value]
-
-    def _loaded_hint(self) -> str:
-        ready = [name for name, e in self.models.items() if e.ready_versions()]
-        return f"; ready models: {', '.join(ready)}" if ready else "; no model is ready"
-
-    def is_ready(self, name: str, version: str = "") -> bool:
-        """Whether it is ready; an unknown model or version is not, a malformed version is
-        an InvalidArgument."""
-        _check_version(version)
-        try:
-            model = self.get(name, version)
-        except GatewayError:
-            return False
-        # Requests still queue while a worker restarts, but the model is not ready.
-        return model.unavailable_reason is None
-
-    def ready_models(self) -> list[ModelVersion]:
-        return [
-            state.model
-            for entry in self.models.values()
-            for state in entry.versions.values()
-            if state.model is not None and state.state == "READY"
-        ]
-
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        return index_rows(self, ready_only)
-
     async def get_on_demand(self, name: str, version: str, missing: GatewayError) -> ModelVersion:
         return await self.on_demand.get(name, version, missing)
 
@@ -231,82 +118,13 @@ class ModelRepository:
         except (NotFound, Unavailable) as missing:
             return await self.get_on_demand(name, version, missing)
 
-    async def _load_variant(self, router: str, name: str, version: str) -> ModelVersion:
-        """A router's variant, loaded now if it is not (as its last load left it)."""
-        if not self.exists(name):
-            raise InvalidArgument(
-                f"router '{router}': variant '{name}' is not in the model repository"
-            )
-        entry = self.models.get(name)
-        if (entry is None or not entry.ready_versions()) and is_router(
-            read_config(self.model_dir(name))
-        ):
-            raise InvalidArgument(
-                f"router '{router}': variant '{name}' is a router; variants must be models"
-            )
-        model = await self._load_member(name, version)
-        if isinstance(model, RouterModel):
-            raise InvalidArgument(
-                f"router '{router}': variant '{name}' is a router; variants must be models"
-            )
-        return model
-
-    async def _load_step_model(self, ensemble: str, name: str, version: str) -> Any:
-        """An ensemble step's model, loaded now if it is not (as Triton loads an ensemble's
-        models with it)."""
-        if not self.exists(name):
-            raise InvalidArgument(
-                f"ensemble '{ensemble}': step model '{name}' is not in the model repository"
-            )
-        return await self._load_member(name, version)
-
-    async def _load_member(self, name: str, version: str) -> Any:
-        entry = self.models.get(name)
-        if entry is None or not entry.ready_versions():
-            await self.load(name, entry.override if entry else None, if_unloaded=True)
-        return self.get(name, version)
-
     # ---- loading -------------------------------------------------------------------
-
-    async def load_startup_models(self, names: list[str]) -> None:
-        """Load what the control mode says to load at start (all models, or the named ones)."""
-        if self.control_mode == "explicit":
-            targets = self.model_names_on_disk() if "*" in names else names
-        elif self.control_mode == "on-demand":  # pinned and named; the rest wait for requests
-            targets = [
-                n for n in self.model_names_on_disk()
-                if n in names or "*" in names or self.on_demand.pinned_on_disk(n)
-            ]  # fmt: skip
-        else:
-            targets = self.model_names_on_disk()
-        # Several at once: most of a load is a worker process importing its framework.
-        slots = asyncio.Semaphore(max(2, usable_cores()))
-
-        async def load(name: str) -> None:
-            async with slots:
-                try:
-                    await self.load(name)
-                except GatewayError as exc:
-                    log.error("model '%s' did not load: %s", name, exc.message)
-
-        # Models first, then ensembles, then routers: each finds what it is made of
-        # loaded (or failed, with the reason).
-        kinds = {name: self._kind_on_disk(name) for name in targets}
-        for kind in ("model", "ensemble", "router"):
-            await asyncio.gather(*(load(name) for name in targets if kinds[name] == kind))
 
     def _config_on_disk(self, name: str) -> mc.ModelConfig | None:
         try:
             return read_config(self.model_dir(name)) if self.exists(name) else None
         except GatewayError:
             return None  # its own load says what is wrong
-
-    def _kind_on_disk(self, name: str) -> str:
-        try:
-            config = read_config(self.model_dir(name))
-        except GatewayError:
-            return "model"  # its own load says what is wrong
-        return "router" if is_router(config) else "ensemble" if is_ensemble(config) else "model"
 
     def check_management_allowed(self) -> None:
         if self.control_mode not in MANAGED_MODES:
@@ -332,7 +150,7 @@ class ModelRepository:
         loading = asyncio.get_running_loop().create_task(
             self._load(name, config_json, if_unloaded), context=contextvars.Context()
         )
-        loading.add_done_callback(_retrieved)  # a failure after its caller went away
+        loading.add_done_callback(retrieved)  # a failure after its caller went away
         try:
             await asyncio.shield(loading)
         except GatewayError as exc:  # messages leave the server without its paths
@@ -389,7 +207,7 @@ class ModelRepository:
         old = entry.versions
         entry.versions = {
             **old,
-            **{v: VersionState("LOADING") for v in wanted if not _ready(old.get(v))},
+            **{v: VersionState("LOADING") for v in wanted if not is_ready_state(old.get(v))},
         }
         entry.pinned = pinned
         new: dict[int, VersionState] = {}
@@ -405,7 +223,9 @@ class ModelRepository:
                 errors.append(reason)
                 no_room = no_room and isinstance(exc, NoRoom)
                 previous = old.get(version)
-                new[version] = previous if _ready(previous) else VersionState("UNAVAILABLE", reason)
+                new[version] = (
+                    previous if is_ready_state(previous) else VersionState("UNAVAILABLE", reason)
+                )
             else:
                 new[version] = VersionState("READY", model=model)
         entry.versions = new
@@ -472,57 +292,6 @@ class ModelRepository:
         check_config(config)
         return config
 
-    async def unload(self, name: str, dependents: bool = False) -> None:
-        """Unload a model's versions; with `dependents`, then the models it is made of that
-        no other loaded model uses (Triton's `unload_dependents`), composites first."""
-        names = [name]
-        if dependents:
-            names += dependents_to_unload(name, self._in_use(), self._members_of)
-        before = [self._loaded(n) for n in names]
-        # Shielded like a load: a cancelled caller must not leave versions UNLOADING.
-        unloading = asyncio.ensure_future(self._unload_in_order(names))
-        unloading.add_done_callback(_retrieved)
-        try:
-            await asyncio.shield(unloading)
-        finally:
-            if [self._loaded(n) for n in names] != before:
-                self._settle()
-
-    async def _unload_in_order(self, names: list[str]) -> None:
-        """The model, then its members; each member asked again at its turn whether a
-        model in use still needs it (a load during the drain may have taken it up)."""
-        failure = None
-        for index, name in enumerate(names):
-            if index and any(name in self._members_of(n) for n in self._in_use() if n != name):
-                continue
-            try:
-                await self._unload(name)
-            except Exception as exc:  # the members after it are unloaded all the same
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-
-    def _in_use(self) -> list[str]:
-        """Models with a version ready or loading."""
-        return [
-            n for n, e in self.models.items()
-            if any(s.state in ("READY", "LOADING") for s in e.versions.values())
-        ]  # fmt: skip
-
-    def _members_of(self, name: str) -> list[str]:
-        """What a model in use is made of: its loaded versions' configs, or, while none has
-        loaded yet, its config on disk."""
-        entry = self.models.get(name)
-        states = entry.versions.values() if entry is not None else []
-        found: list[str] = []
-        for state in states:
-            if state.model is not None:
-                found += [m for m in members(state.model.config) if m not in found]
-        if not found and any(s.state == "LOADING" for s in states):
-            config = self._config_on_disk(name)
-            found = members(config) if config is not None else []
-        return found
-
     def _settle(self) -> None:
         """Collect and freeze the heap (gateway/operation/heap.py) after what is loaded changed: at
         once, or on demand, where loads and evictions may come many a second, once a
@@ -543,58 +312,6 @@ class ModelRepository:
         states = entry.versions.values() if entry is not None else []
         return [id(s.model) for s in states if s.model is not None]
 
-    async def _unload(self, name: str, reason: str = "unloaded") -> None:
-        entry = self.models.get(name)
-        if entry is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
-        entry.users += 1
-        try:
-            async with entry.lock:
-                await self.close_all(entry, reason)
-        finally:
-            entry.users -= 1
-
-    async def close_all(self, entry: ModelEntry, reason: str) -> None:
-        """Unload every version of a model whose lock the caller holds."""
-        old = entry.versions
-        for state in old.values():
-            state.state = "UNLOADING"
-        try:
-            await self._close_versions(list(old.values()))
-        finally:  # whatever a close raised, no version stays UNLOADING
-            entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
-
-    async def _close_versions(self, states: list[VersionState]) -> None:
-        failure = None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.drain_s  # one drain for all of them, not one each
-        for state in states:
-            if state.model is not None:
-                model, state.model = state.model, None
-                try:
-                    await _drain(model, max(deadline - loop.time(), 0.0))
-                    await model.close()
-                except Exception as exc:  # the other versions are closed all the same
-                    failure = failure or exc
-                finally:  # its bytes are not booked forever, whatever happened
-                    self.memory.released(model.footprints)
-        if failure is not None:
-            raise failure
-
-    async def unload_all(self, drain_s: float | None = None) -> None:
-        """Unload every model; `drain_s`, when given, bounds the wait for their requests
-        (what is left of a stopping server's own drain, which waited for them already)."""
-        if drain_s is not None:
-            self.drain_s = drain_s  # the server is stopping: no load comes after this
-        # All at once: each unload mostly waits for a worker process to end.
-        names = list(self.models)
-        if self.spares is not None:
-            await asyncio.to_thread(self.spares.close)
-        results = await asyncio.gather(*map(self._unload, names), return_exceptions=True)
-        for name, result in zip(names, results, strict=True):
-            if isinstance(result, Exception):
-                log.error("model '%s' did not unload cleanly: %s", name, result)
-
     async def poll(self) -> None:
         """One pass of poll mode: load new or changed models, unload removed ones."""
         on_disk = set(self.model_names_on_disk())
@@ -609,29 +326,3 @@ class ModelRepository:
             if self.models[name].versions:
                 await self.unload(name)
                 del self.models[name]
-
-
-def model_name_ok(name: str) -> bool:
-    """A name that can only mean a directory directly under the repository."""
-    return bool(name) and "/" not in name and not name.startswith(".")
-
-
-def _check_version(version: str) -> None:
-    """A model version as the protocol writes it: '' (the latest) or decimal digits. int()
-    alone would also take ' 1', '+1', '1_0' and '-1'."""
-    if version and not (version.isascii() and version.isdigit()):
-        raise InvalidArgument(f"model version must be a non-negative integer, got '{version[:60]}'")
-
-
-def _retrieved(task: asyncio.Future) -> None:
-    """Mark a shielded task's failure as seen: its caller may have gone away."""
-    if not task.cancelled():
-        task.exception()
-
-
-async def _drain(model: ModelVersion, timeout_s: float) -> None:
-    """Let requests already accepted finish before the instances go away."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while model.pending and loop.time() < deadline:
-        await asyncio.sleep(0.01)
