@@ -163,5 +163,5 @@ def test_counters_made_anew_within_a_window_start_from_zero():
     in_flight.leave(slow, answered=False)
     in_flight.leave(in_flight.enter("m"), answered=True)  # a quick one, counted anew
     limit.follow(FIRST_WINDOW_S + RATE_WINDOW_S, working=True)
-    assert 0.0 <= limit.service_s["m"] < 0.01
+    assert 0.0 <= limit.service_s["m"] < 0.04  # the quick one's, not the 50 ms window's
     assert limit.value >= HEADROOM

@@ -204,7 +204,7 @@ def test_watch_reads_the_lag_on_the_shedders_own_clock_not_the_loops():
 
     due, lag, share = uvloop.run(scenario())
     assert due < time.monotonic() - 999.0
-    assert lag < 0.5 and share == 0.0
+    assert lag < 100 and share == 0.0  # read on the other clock, it would be 1000 s
 
 
 def test_the_first_request_wakes_an_idle_watch_and_it_ticks_while_requests_come():

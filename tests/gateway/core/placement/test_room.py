@@ -84,7 +84,7 @@ def test_a_load_that_never_finds_room_fails_at_its_timeout_saying_it_waited():
             await asyncio.wait_for(memory.load("a", 1, slots, None, candidates, evict), 5)
         return time.monotonic() - began
 
-    assert 0.15 < asyncio.run(scenario()) < 2.0
+    assert 0.15 < asyncio.run(scenario()) < 4.5  # at its 0.2 s timeout, not wait_for's 5 s
     assert sorted(b.model for b in memory.ledger.bookings.values()) == ["b", "c"]
 
 
@@ -98,4 +98,4 @@ def test_what_busy_models_cannot_free_fails_at_once():
             await memory.load("a", 1, slots, None, candidates, evict)
         return time.monotonic() - began
 
-    assert asyncio.run(scenario()) < 1.0
+    assert asyncio.run(scenario()) < 10  # at once, not at its 30 s timeout

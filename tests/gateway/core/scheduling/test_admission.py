@@ -217,14 +217,17 @@ def test_an_overloaded_model_refuses_at_once_and_serves_the_admitted(burst):
 
 
 def test_a_request_whose_deadline_passes_while_it_waits_does_not_run():
-    backend = SleepingBackend(0.05)
+    gate = threading.Event()
+    backend = SleepingBackend(0, gate)
     scheduler = direct(backend, budget_ms=10_000)
 
     async def scenario():
-        first = asyncio.ensure_future(scheduler.infer(one(1)))
-        await asyncio.sleep(0.005)  # the first one runs now, for 50 ms
+        first = asyncio.ensure_future(scheduler.infer(one(1)))  # held at the gate
+        second = asyncio.ensure_future(scheduler.infer(one(2, timeout=20_000)))
+        await asyncio.sleep(0.05)  # at least this long: the 20 ms pass while it waits
+        gate.set()
         with pytest.raises(Unavailable, match="deadline before it ran"):
-            await scheduler.infer(one(2, timeout=20_000))  # 20 ms: passes while it waits
+            await second
         await first
 
     asyncio.run(scenario())
