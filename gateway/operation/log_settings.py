@@ -11,12 +11,15 @@ changed through the protocol: a client must not choose where the server writes.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from typing import Any
 
 from accel_base.errors import InvalidArgument, PermissionDenied
 from accel_base.logs import JsonFormatter
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("default", "ISO8601", "json")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -78,6 +81,20 @@ def parse_levels(text: str) -> dict[str, str]:
             )
         levels[name] = level.upper()
     return levels
+
+
+def _known_logger(name: str) -> bool:
+    """A logger made already, a module or package of the server's (their loggers are
+    named by their paths), or under `accel_gateway` (the access log's)."""
+    root = name.split(".")[0]
+    if name in logging.root.manager.loggerDict or root == "accel_gateway":
+        return True
+    if root not in COMPONENTS:
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent that is no package
+        return False
 
 
 class LogSettings:
@@ -160,6 +177,12 @@ class LogSettings:
         for handler in root.handlers:
             handler.setFormatter(formatter(self.format))
         for name, level in self.components.items():
+            if not _known_logger(name):  # a typo would otherwise change nothing, silently
+                log.warning(
+                    "--log-levels: '%s' names no logger this server has made yet; the "
+                    "server's own are under %s (a module's path, e.g. gateway.protocols.http)",
+                    name, ", ".join(COMPONENTS),
+                )  # fmt: skip
             logging.getLogger(name).setLevel(level)
 
 

@@ -22,7 +22,9 @@ def restore_logging():
     root.setLevel(level)
     for handler, formatter in zip(root.handlers, formatters, strict=False):
         handler.setFormatter(formatter)
-    logging.getLogger("gateway.protocols.http").setLevel(logging.NOTSET)
+    for name in ("gateway.protocols.http", "gateway.protocols.htp", "accel_gateway.access",
+                 "no_such_library"):  # fmt: skip
+        logging.getLogger(name).setLevel(logging.NOTSET)
     logging.captureWarnings(False)  # LogSettings.apply turns it on
 
 
@@ -144,3 +146,20 @@ def test_changes_are_refused_where_the_server_says_so_and_need_the_token():
         asyncio.run(core.update_log_settings({"log_info": True}, "t"))
     with pytest.raises(InvalidArgument, match="32-bit"):
         LogSettings().update({"log_verbose_level": 2**32})
+
+
+def test_a_component_that_names_no_logger_is_warned_about(caplog):
+    settings = LogSettings(
+        "info",
+        components={
+            "gateway.protocols.htp": "DEBUG",  # a typo
+            "gateway.protocols.http": "DEBUG",
+            "accel_gateway.access": "DEBUG",
+            "no_such_library": "DEBUG",
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="gateway.operation.log_settings"):
+        settings.apply()
+    warned = [r.getMessage() for r in caplog.records if "--log-levels" in r.getMessage()]
+    assert len(warned) == 2, warned
+    assert "'gateway.protocols.htp'" in warned[0] and "'no_such_library'" in warned[1]
