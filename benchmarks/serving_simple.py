@@ -63,8 +63,10 @@ def main() -> None:
         repository = Path(tmp) / "repository"
         build_repository(repository, log=lambda line: None)
         floor = in_process_floor(repository, args.server_core)
+        # Only `simple`: the example repository's other models take minutes to load.
         server = start_gateway(
             repository, "--log-level", "warning",
+            "--model-control-mode", "explicit", "--load-model", "simple",
             log_path=Path(tmp) / "gateway.log", cpu_cores={args.server_core},
         )  # fmt: skip
         try:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from gateway.tools.compare.report import summary
-from gateway.tools.compare.svg import chart, histogram_series
+from gateway.tools.svg import chart, histogram_series
 
 STYLE = """body{font-family:sans-serif;margin:24px;color:#222}
 table{border-collapse:collapse;margin:12px 0}td,th{padding:4px 10px;border-bottom:1px solid #ddd;

@@ -1,4 +1,5 @@
-"""Inline SVG charts for the HTML report: no script, no network, no plotting library."""
+"""Inline SVG charts, for compare's HTML report and the docs' benchmark pages (docs/hooks.py):
+no script, no network, no plotting library."""
 
 from __future__ import annotations
 
@@ -99,3 +100,46 @@ def histogram_series(values: list[float], edges: list[float]) -> list[tuple[floa
     shares = counts / max(len(values), 1)
     points = [(edges[i], float(share)) for i, share in enumerate(shares)]
     return [*points, (edges[-1], points[-1][1])]
+
+
+BAR_ROW = 22
+
+
+def bars(title: str, xlabel: str, rows: list[tuple[str, float]], mark: float | None = None) -> str:
+    """Horizontal bars, one a row, labelled with their value; `mark`: a value drawn as a
+    dashed line across them (a floor, a goal)."""
+    if not rows:
+        return f"<p>{escape(title)}: no data</p>"
+    label_width = min(8 + 7 * max(len(label) for label, _ in rows), WIDTH // 2)
+    top, bottom, right = TOP, 40, 64
+    height = top + BAR_ROW * len(rows) + bottom
+    high = max([value for _, value in rows] + ([mark] if mark is not None else [])) or 1.0
+
+    def px(x: float) -> float:
+        return label_width + x / high * (WIDTH - label_width - right)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-weight="bold">'
+        f"{escape(title)}</text>",
+    ]
+    for index, (label, value) in enumerate(rows):
+        y = top + BAR_ROW * index
+        parts.append(f'<text x="{label_width - 6}" y="{y + 15}" text-anchor="end" '
+                     f'font-size="11">{escape(label)}</text>')  # fmt: skip
+        parts.append(f'<rect class="bar" x="{label_width}" y="{y + 3}" '
+                     f'width="{max(px(value) - label_width, 0):.1f}" height="{BAR_ROW - 6}" '
+                     f'fill="{PALETTE[0]}"/>')  # fmt: skip
+        parts.append(f'<text x="{px(value) + 4:.1f}" y="{y + 15}" font-size="11">'
+                     f"{_label(value)}</text>")  # fmt: skip
+    axis = top + BAR_ROW * len(rows)
+    parts.append(f'<line x1="{label_width}" y1="{axis}" x2="{WIDTH - right}" y2="{axis}" '
+                 'stroke="#444"/>')  # fmt: skip
+    if mark is not None:
+        parts.append(f'<line x1="{px(mark):.1f}" y1="{top}" x2="{px(mark):.1f}" y2="{axis}" '
+                     f'stroke="{PALETTE[1]}" stroke-dasharray="4 3"/>')  # fmt: skip
+    parts.append(f'<text x="{(label_width + WIDTH - right) / 2}" y="{height - 12}" '
+                 f'text-anchor="middle" font-size="12">{escape(xlabel)}</text>')  # fmt: skip
+    parts.append("</svg>")
+    return "\n".join(parts)
