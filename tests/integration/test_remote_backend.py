@@ -323,9 +323,15 @@ def test_the_front_batches_in_front_of_the_remote(server_factory, tmp_path):
     simple.build(back)
     remote = server_factory(back)
     repository = tmp_path / "front"
+    # A batch leaves when the 8th request arrives (8 clients, each waiting for its answer:
+    # every round fills it), not when a short window runs out on a slow machine; the 5 s
+    # window stays under the clients' 10 s timeout. Were the front not batching, each
+    # request would run alone and the count below would fail.
     write_remote(
         repository, "simple", [remote.http_url], protocol="http", max_batch_size=8,
-        dynamic_batching=DynamicBatching(max_queue_delay_us=20_000, adaptive=False),
+        dynamic_batching=DynamicBatching(
+            max_queue_delay_us=5_000_000, preferred_batch_sizes=(8,), adaptive=False
+        ),
         instances=1,
     )  # fmt: skip
     front = server_factory(repository)

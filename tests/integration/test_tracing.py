@@ -86,9 +86,13 @@ def simple_inputs(module) -> list:
 def repository(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tracing")
     simple.build(root)
-    # A window long enough that 8 requests sent together always share one batch.
+    # A batch of 8 leaves when the 8th request arrives (8 is max_batch_size and preferred),
+    # never on a timer: the 30 s window only has to outlast the sends (tritonclient sleeps
+    # 10 ms after each, and this server shares the test's process), however slow the machine.
     simple.build(
-        root, "simple_batched", DynamicBatching(max_queue_delay_us=200_000, adaptive=False)
+        root,
+        "simple_batched",
+        DynamicBatching(max_queue_delay_us=30_000_000, preferred_batch_sizes=(8,), adaptive=False),
     )
     return root
 

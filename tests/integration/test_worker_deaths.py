@@ -22,6 +22,8 @@ import tritonclient.http as httpclient
 from test_workers import wait_for, workers_of
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import wait_until
+
 MODEL = "py_slow_restart"  # its restarts take 12 s (python_models/py_slow_restart)
 MODEL_DIR = Path(__file__).parent / "python_models" / MODEL
 CLIENT_TIMEOUT_S = 10.0
@@ -97,7 +99,15 @@ def test_a_killed_worker_never_leaves_a_request_to_its_client_timeout(tmp_path, 
     ]
     for thread in threads:
         thread.start()
-    time.sleep(1.0)
+    # Served before the kill: waited for, not guessed from a second of load (a slow
+    # machine may answer fewer in it); a model that never served still fails here.
+    try:
+        wait_until(
+            lambda: sum(a.status == 200 for a in list(answers)) > 10, 120, "11 answers served"
+        )
+    except BaseException:
+        stop.set()  # the load threads end with the test
+        raise
     killed = time.monotonic()
     os.kill(workers_of(server)[f"{MODEL}-1-0"], signal.SIGKILL)
     time.sleep(9.0)  # well into the restart, past the bound on waiting for it
