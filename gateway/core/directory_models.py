@@ -128,8 +128,8 @@ class DirectoryModels:
         """A repository model a request names, loaded by the first such request (on
         demand, the request itself loads it, or says why not)."""
         repository = self.repository
-        if repository.is_ready(name) or repository.control_mode == "on-demand":
-            return
+        if self._loaded(name) or repository.control_mode == "on-demand":
+            return  # (one whose worker restarts is loaded: its requests wait for it)
         if not name or name.startswith(".") or name not in repository.model_names_on_disk():
             raise NotFound(f"model '{name}' is not in the model repository")
         if name not in self._first_loads:

@@ -39,7 +39,7 @@ MODEL_CALLS = frozenset(
         "model_metadata", "model_config", "load_model", "unload_model",
         "log_settings_dict", "update_log_settings", "trace_settings_dict",
         "update_trace_settings", "load_model_directory", "unload_model_directory",
-        "model_directories", "load_on_first_use",
+        "model_directories", "load_on_first_use", "loaded_models",
     }
 )  # fmt: skip
 
@@ -105,8 +105,13 @@ class Core(Protocol):
 
     async def model_directories(self) -> dict[str, str]:
         """Models loaded by directory that a request can reach, each with the url it was
-        loaded from: the ready ones, and on demand those evicted since (a request
+        loaded from: the loaded ones, and on demand those evicted since (a request
         reloads them)."""
+        ...
+
+    async def loaded_models(self) -> list[str]:
+        """Models with a version loaded, in order, ready or not: one whose worker is
+        restarting is loaded (its requests wait for it), as SageMaker counts models."""
         ...
 
     async def load_on_first_use(self, name: str) -> None:

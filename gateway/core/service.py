@@ -277,10 +277,13 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
     async def model_directories(self) -> dict[str, str]:
         models = self.directory_models
         on_demand = self.repository.control_mode == "on-demand"
+        loaded = set(await self.loaded_models())
         return {
-            name: url for name, url in models.urls.items()
-            if on_demand or self.repository.is_ready(name)
+            name: url for name, url in models.urls.items() if on_demand or name in loaded
         }  # fmt: skip
+
+    async def loaded_models(self) -> list[str]:
+        return sorted(n for n, entry in self.repository.models.items() if entry.ready_versions())
 
     async def load_on_first_use(self, name: str) -> None:
         await self.directory_models.load_on_first_use(name)

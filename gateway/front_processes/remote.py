@@ -211,6 +211,9 @@ class RemoteCore(SharedMemoryCalls):
     async def load_on_first_use(self, name: str) -> None:
         await self._call("load_on_first_use", name)
 
+    async def loaded_models(self) -> list[str]:
+        return await self._call("loaded_models")
+
     async def log_settings_dict(self) -> dict[str, Any]:
         """The model host's logging (the fronts log little of their own)."""
         return await self._call("log_settings_dict")

@@ -11,9 +11,10 @@ changed through the protocol: a client must not choose where the server writes.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from accel_base.errors import InvalidArgument, PermissionDenied
@@ -91,10 +92,12 @@ def _known_logger(name: str) -> bool:
         return True
     if root not in COMPONENTS:
         return False
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a parent that is no package
+    try:  # found on disk, not imported: a name may lead into a framework's backend
+        package = Path(importlib.import_module(root).__file__ or "").parent
+    except Exception:  # noqa: BLE001 - a warning is not worth stopping the server for
         return False
+    path = package.joinpath(*name.split(".")[1:])
+    return path.is_dir() or path.with_suffix(".py").is_file()
 
 
 class LogSettings:

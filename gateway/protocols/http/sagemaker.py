@@ -71,7 +71,7 @@ def create_sagemaker_app(core: Core, max_body_bytes: int) -> ASGIApp:
     async def resolve_model(scope: Scope) -> str:
         target = dict(scope["headers"]).get(TARGET_MODEL_HEADER)
         if target is None:
-            ready = sorted({row["name"] for row in await core.repository_index(ready_only=True)})
+            ready = await core.loaded_models()  # one restarting is loaded: it waits
             if not ready:
                 raise Unavailable(
                     "no model is ready; name one with the X-Amzn-SageMaker-Target-Model header"

@@ -34,9 +34,6 @@ class SageMakerModels:
     def __init__(self, core: Core) -> None:
         self.core = core
 
-    async def _ready(self) -> list[str]:
-        return sorted({row["name"] for row in await self.core.repository_index(ready_only=True)})
-
     async def load(self, receive, headers: dict[bytes, bytes]) -> dict[str, Any]:
         body = await read_body(receive, headers.get(b"content-length"), MAX_MANAGEMENT_BODY)
         try:
@@ -50,7 +47,7 @@ class SageMakerModels:
         return {"status": f"model '{name}' loaded"}
 
     async def list(self, query: dict[str, str]) -> dict[str, Any]:
-        names, urls = await self._ready(), await self.core.model_directories()
+        names, urls = await self.core.loaded_models(), await self.core.model_directories()
         start = _count(query.get("next_page_token", "0"), "next_page_token")
         size = _count(query.get("max_results", str(DEFAULT_PAGE)), "max_results") or DEFAULT_PAGE
         page: dict[str, Any] = {
@@ -61,7 +58,7 @@ class SageMakerModels:
         return page
 
     async def get(self, name: str) -> dict[str, str]:
-        if not await self.core.model_ready(name):
+        if name not in await self.core.loaded_models():
             raise NotFound(f"model '{name}' is not loaded")
         return _described(name, await self.core.model_directories())
 

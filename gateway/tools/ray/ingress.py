@@ -253,6 +253,9 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
     async def model_directories(self) -> dict[str, str]:
         return {}  # every model is a deployment of the repository's
 
+    async def loaded_models(self) -> list[str]:
+        return sorted({row["name"] for row in await self.repository_index(ready_only=True)})
+
     async def load_on_first_use(self, name: str) -> None:
         """Every deployed model is loaded; one not deployed is not in the repository."""
         if not await self.model_ready(name):

@@ -161,9 +161,9 @@ def test_the_handler_sees_the_callers_metadata_and_deadline():
 def test_a_call_past_its_deadline_ends_deadline_exceeded_and_the_server_goes_on():
     async def scenario(channel, server):
         with pytest.raises(grpc.aio.AioRpcError) as late:
-            await unary(channel, "Sleepy")(b"2", timeout=0.1)
+            await unary(channel, "Sleepy")(b"30", timeout=0.1)
         answer = await unary(channel, "Sleepy")(b"0", timeout=5)
-        await until(lambda: open_streams(server) == 0)
+        await until(lambda: open_streams(server) == 0)  # long before the 30 s sleep ends
         return late.value.code(), answer
 
     assert serve(scenario) == (grpc.StatusCode.DEADLINE_EXCEEDED, b"woke")
@@ -171,10 +171,10 @@ def test_a_call_past_its_deadline_ends_deadline_exceeded_and_the_server_goes_on(
 
 def test_a_call_the_client_cancels_is_forgotten_by_the_server():
     async def scenario(channel, server):
-        call = unary(channel, "Sleepy")(b"5")
+        call = unary(channel, "Sleepy")(b"30")
         await until(lambda: open_streams(server) == 1)
         call.cancel()
-        await until(lambda: open_streams(server) == 0)  # long before the 5 s sleep ends
+        await until(lambda: open_streams(server) == 0)  # long before the 30 s sleep ends
         return True
 
     assert serve(scenario)
