@@ -56,6 +56,21 @@ class PermissionDenied(GatewayError):
     grpc_status = "PERMISSION_DENIED"
 
 
+class Conflict(GatewayError):
+    """A name already taken (SageMaker's multi-model load of a loaded model)."""
+
+    http_status = 409
+    grpc_status = "ALREADY_EXISTS"
+
+
+class InsufficientStorage(GatewayError):
+    """A load that cannot fit the memory budget: SageMaker's signal to unload models and
+    try the load again."""
+
+    http_status = 507
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
 class Cancelled(GatewayError):
     """The client went away before its request ran; nobody reads this answer."""
 

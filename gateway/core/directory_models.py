@@ -16,25 +16,19 @@ import asyncio
 import logging
 from pathlib import Path
 
-from accel_base.errors import GatewayError, InvalidArgument, NotFound
+from accel_base.errors import (
+    Conflict,
+    GatewayError,
+    InsufficientStorage,
+    InvalidArgument,
+    NotFound,
+)
 from gateway.core.placement.ledger import NoRoom
 from gateway.core.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILES = ("config.pbtxt", "config.yaml")
-
-
-class Conflict(GatewayError):
-    http_status = 409
-    grpc_status = "ALREADY_EXISTS"
-
-
-class InsufficientStorage(GatewayError):
-    """SageMaker's signal to unload models and try the load again."""
-
-    http_status = 507
-    grpc_status = "RESOURCE_EXHAUSTED"
 
 
 def _is_model_dir(path: Path) -> bool:

@@ -81,8 +81,12 @@ class Lookups:
             raise Unavailable(f"model '{name}' version {number} is not ready: {detail}")
         return state.model  # type: ignore[return-value]
 
+    def loaded_names(self) -> list[str]:
+        """Models with a version loaded (READY), ready to serve or with a worker restarting."""
+        return [name for name, entry in self.models.items() if entry.ready_versions()]
+
     def _loaded_hint(self) -> str:
-        ready = [name for name, e in self.models.items() if e.ready_versions()]
+        ready = self.loaded_names()
         return f"; ready models: {', '.join(ready)}" if ready else "; no model is ready"
 
     def is_ready(self, name: str, version: str = "") -> bool:

@@ -283,7 +283,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         }  # fmt: skip
 
     async def loaded_models(self) -> list[str]:
-        return sorted(n for n, entry in self.repository.models.items() if entry.ready_versions())
+        return sorted(self.repository.loaded_names())
 
     async def load_on_first_use(self, name: str) -> None:
         await self.directory_models.load_on_first_use(name)
