@@ -30,7 +30,7 @@ from pathlib import Path
 
 from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer
 from benchmarks.serving_simple import in_process_floor
-from gateway.launch import free_port, start_gateway
+from gateway.launch import free_ports, start_gateway
 from models import simple
 from models.remote import write_remote
 
@@ -60,7 +60,7 @@ def ray_ingress(repository: Path, core: int) -> Iterator[Target | None]:
     from gateway.tools.ray.local_cluster import local_cluster
 
     with local_cluster(cpus=4, cpu_cores={core}) as address:
-        http, grpc, metrics = free_port(), free_port(), free_port()
+        http, grpc, metrics = free_ports(3)
         subprocess.run(
             [sys.executable, "-m", "gateway", "ray", "serve", "--model-repository",
              str(repository), "--address", address, "--http-port", str(http),

@@ -39,6 +39,19 @@ def port(value: str) -> int:
     return number
 
 
+def distinct_ports(ports: dict[str, int]) -> None:
+    """Raise ValueError when two listeners would share a port. Linux lets two sockets with
+    SO_REUSEADDR bind one port before either listens, so the clash would otherwise start
+    silently and hand connections to the wrong protocol."""
+    owners: dict[int, str] = {}
+    for what, number in ports.items():
+        if number and number in owners:
+            raise ValueError(
+                f"{what} and {owners[number]} are both on port {number}: give each its own"
+            )
+        owners[number] = what
+
+
 def workers_count(text: str) -> int:
     """--workers: a positive count, or 'auto' for the cores this process may use."""
     if text == "auto":

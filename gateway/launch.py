@@ -6,6 +6,7 @@ way they start it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -20,9 +21,17 @@ from pathlib import Path
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different free ports: each socket stays bound until all are taken, since
+    the system may hand a just-closed port out again."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
 
 @dataclass
@@ -108,7 +117,7 @@ def start_gateway(
     gateway where it was; by default three free ones are taken.
     """
     ssl_context = _tls_context(args, ssl_context)
-    ports = ports or tuple(free_port() for _ in range(3))
+    ports = ports or tuple(free_ports(3))
     command = [
         sys.executable, "-m", "gateway", "serve",
         *(["--model-repository", str(repository)] if repository else []),

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.arguments import distinct_ports
 from gateway.cli import _default_repository, build_parser, main
 from gateway.operation.health_command import readiness_url, serve_arguments
 from models.build import repository_dir_name
@@ -75,6 +76,29 @@ def test_port_in_use_is_a_clear_error(gateway, example_repository):
     )
     assert result.returncode == 1
     assert "cannot listen" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "ports, clash",
+    [
+        (["--http-port", "9100", "--grpc-port", "9100"], "--grpc-port and --http-port"),
+        (["--grpc-port", "9101", "--metrics-port", "9101"], "--metrics-port and --grpc-port"),
+        (["--sagemaker", "--sagemaker-port", "9102", "--http-port", "9102"],
+         "--sagemaker-port and --http-port"),
+    ],
+)  # fmt: skip
+def test_two_listeners_on_one_port_are_refused_before_anything_starts(
+    tmp_path, capsys, ports, clash
+):
+    # Linux lets both bind (SO_REUSEADDR, before either listens): unchecked, the gateway
+    # started and handed HTTP clients to the gRPC server.
+    assert main(["serve", "--model-repository", str(tmp_path), *ports]) == 2
+    assert f"{clash} are both on port" in capsys.readouterr().err
+
+
+def test_port_zero_may_repeat():
+    # 0 asks the system for a free port each time: no clash.
+    distinct_ports({"--http-port": 0, "--grpc-port": 0, "--metrics-port": 8002})
 
 
 def test_missing_repository_is_a_clear_error(tmp_path):

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gateway.launch import free_port
+from gateway.launch import free_ports
 from gateway.tools.ray.local_cluster import local_cluster
 from models.digits import held_out
 from tests.conftest import wait_until
@@ -49,7 +49,7 @@ def ingress(ray_cluster, example_repository, tmp_path_factory) -> Iterator[dict[
     config = repository / "broken" / "config.pbtxt"
     config.write_text(config.read_text().replace('"simple"', '"broken"'))
     (repository / "broken" / "1" / "model.onnx").unlink()
-    ports = {key: free_port() for key in ("http", "grpc", "metrics")}
+    ports = dict(zip(("http", "grpc", "metrics"), free_ports(3), strict=True))
     command = [
         sys.executable, "-m", "gateway", "ray", "serve", "--model-repository", str(repository),
         "--address", ray_cluster, "--http-port", str(ports["http"]),

@@ -23,7 +23,7 @@ from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
 from gateway.cli import main
-from gateway.launch import GatewayProcess, free_port, start_gateway
+from gateway.launch import GatewayProcess, free_ports, start_gateway
 from models import simple
 
 
@@ -72,12 +72,20 @@ def client_context(files: Files, cert: Path | None = None, key: Path | None = No
 
 
 @pytest.fixture(scope="module")
-def sagemaker_port() -> int:
-    return free_port()
+def tls_ports() -> list[int]:
+    """HTTP, gRPC, metrics and SageMaker's port: four that differ."""
+    return free_ports(4)
 
 
 @pytest.fixture(scope="module")
-def tls_server(pki, repository, sagemaker_port, tmp_path_factory) -> Iterator[GatewayProcess]:
+def sagemaker_port(tls_ports) -> int:
+    return tls_ports[3]
+
+
+@pytest.fixture(scope="module")
+def tls_server(
+    pki, repository, tls_ports, sagemaker_port, tmp_path_factory
+) -> Iterator[GatewayProcess]:
     """TLS without client certificates, and SageMaker's port beside it. Readiness is
     polled by start_gateway over HTTPS without checking the certificate."""
     server = start_gateway(
@@ -85,6 +93,7 @@ def tls_server(pki, repository, sagemaker_port, tmp_path_factory) -> Iterator[Ga
         *("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)),
         *("--sagemaker", "--sagemaker-port", str(sagemaker_port)),
         log_path=tmp_path_factory.mktemp("tls-logs") / "gateway.log",
+        ports=tuple(tls_ports[:3]),
     )
     yield server
     assert server.stop() == 0, server.log()

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from tritonclient.utils import InferenceServerException
 
-from gateway.launch import free_port, start_gateway
+from gateway.launch import free_ports, start_gateway
 from gateway.operation.tracing.settings import TraceSettings
 from gateway.operation.tracing.tracer import Tracing
 from gateway.server import Gateway, ServerOptions
@@ -52,7 +52,7 @@ class Served:
 def in_process_gateway(repository: Path, settings: TraceSettings) -> Iterator[Served]:
     exporter = InMemorySpanExporter()
     processor = SimpleSpanProcessor(exporter)
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     options = ServerOptions(
         model_repository=repository, http_port=http_port, grpc_port=grpc_port,
         metrics_port=metrics_port, tracing=Tracing(settings, processor=processor),

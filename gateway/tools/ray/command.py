@@ -13,12 +13,13 @@ shared file system), since each model's replicas read it wherever they are place
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from gateway.arguments import port
+from gateway.arguments import distinct_ports, port
 
 READY_TIMEOUT_S = 600.0
 
@@ -71,6 +72,15 @@ def run(args: argparse.Namespace) -> int:
     from gateway.tools.ray.board import board_actor, remove_board
     from gateway.tools.ray.deployments import APP_NAME, application
 
+    if args.ray_command == "serve":
+        try:
+            distinct_ports({
+                "--http-port": args.http_port, "--grpc-port": args.grpc_port,
+                "--metrics-port": args.metrics_port,
+            })  # fmt: skip
+        except ValueError as exc:
+            print(f"accel-gateway ray: {exc}", file=sys.stderr)
+            return 2
     _connect(args.address)
     if args.ray_command == "shutdown":
         serve.delete(APP_NAME)

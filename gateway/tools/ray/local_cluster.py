@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gateway.launch import free_port
+from gateway.launch import free_ports
 
 RAY = Path(sys.executable).with_name("ray")
 
@@ -27,14 +27,14 @@ def local_cluster(
 ) -> Iterator[str]:
     """Yields the cluster's address (127.0.0.1:PORT); `cpus` is what Ray may schedule,
     `cpu_cores` the cores its processes run on (all when None)."""
-    port = free_port()
+    port, client_port = free_ports(2)
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     pin = (lambda: os.sched_setaffinity(0, cpu_cores)) if cpu_cores else None
     head = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
          "--port", str(port), "--num-cpus", str(cpus), "--include-dashboard", "false",
-         "--ray-client-server-port", str(free_port()), "--disable-usage-stats",
+         "--ray-client-server-port", str(client_port), "--disable-usage-stats",
          "--temp-dir", temp],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=pin,

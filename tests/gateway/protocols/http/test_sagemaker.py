@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from gateway.launch import free_port
+from gateway.launch import free_ports
 from gateway.protocols.http.sagemaker import model_name_of
 from models.digits import held_out
 
@@ -27,11 +27,11 @@ def test_model_name_of_a_target(target, name):
 def sagemaker(repository_copy, server_factory):
     """A gateway in explicit mode with nothing loaded, SageMaker routes on a free port:
     a multi-model endpoint before its first invocation."""
-    port = free_port()
+    *ports, port = free_ports(4)  # all four differ
     repository = repository_copy("digits", "simple")
     server = server_factory(
         repository, "--model-control-mode", "explicit", "--sagemaker", "--sagemaker-port",
-        str(port),
+        str(port), ports=tuple(ports),
     )  # fmt: skip
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         yield client, server

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from gateway.launch import free_port
+from gateway.launch import free_ports
 from models.digits import held_out
 
 
@@ -24,10 +24,10 @@ def mme_repository(example_repository, tmp_path):
 
 
 def endpoint_and_server(server_factory, repository, *args: str):
-    port = free_port()
+    *ports, port = free_ports(4)  # all four differ
     server = server_factory(
         repository, "--model-control-mode", "explicit", "--sagemaker", "--sagemaker-port",
-        str(port), *args,
+        str(port), *args, ports=tuple(ports),
     )  # fmt: skip
     return httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60), server
 
