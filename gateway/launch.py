@@ -7,6 +7,7 @@ way they start it.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -78,6 +79,11 @@ def _ready(server: GatewayProcess) -> bool:
             return reply.status == 200
     except (urllib.error.URLError, OSError):  # ssl.SSLError is an OSError
         return False
+    except http.client.HTTPException as exc:
+        raise RuntimeError(
+            f"something that does not speak HTTP answers on {server.http_url} ({exc!r}): "
+            "another server on the gateway's HTTP port"
+        ) from None
 
 
 def _given(args: tuple[str, ...], option: str) -> bool:
@@ -134,12 +140,20 @@ def start_gateway(
             preexec_fn=pin,
         )
     server = GatewayProcess(process, *ports, log_path, ssl_context)
+    try:
+        _wait_ready(server, timeout_s)
+    except BaseException:
+        server.stop()  # never left running behind a failed start (it and its workers)
+        raise
+    return server
+
+
+def _wait_ready(server: GatewayProcess, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"gateway exited with {process.returncode}:\n{server.log()}")
+        if server.process.poll() is not None:
+            raise RuntimeError(f"gateway exited with {server.process.returncode}:\n{server.log()}")
         if _ready(server):
-            return server
+            return
         time.sleep(0.1)
-    server.stop()
     raise RuntimeError(f"gateway not ready after {timeout_s} s:\n{server.log()}")
