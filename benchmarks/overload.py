@@ -12,7 +12,11 @@ each model and protocol (HTTP with binary tensors; gRPC unary calls, framed by h
 benchmarks/grpc_open_loop.py so that one core can offer the rate):
 1. saturation: answers a second of the better closed loop of 16 or 64 connections;
 2. unloaded latency: p99 of an open loop at a tenth of saturation;
-3. overload: `--factor` times saturation, open loop, for `--seconds`, on
+3. the floor: the same rate, connections and generator against benchmarks/canned_server.py
+   on the server's core, which refuses everything at once: the p99 the generator and the
+   machine add to any answer at that rate (on a 2-core machine, 0.7-6.9 ms at 21,000 a
+   second from run to run), printed beside the gateway's refusals;
+4. overload: `--factor` times saturation, open loop, for `--seconds`, on
    `--connections` kept-alive connections opened before the clock starts (one request
    in flight on each: a request due while all wait counts as unanswered), 10 s client
    timeout; printed per second (by send
@@ -26,9 +30,10 @@ server idle within 1 s.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,13 +48,15 @@ from benchmarks.open_loop import (
     closed_loop,
     no_collector_pauses,
     offer,
+    run_generator,
 )
 from benchmarks.overload_requests import grpc_infer, http_infer
 from benchmarks.perf import pin_to
-from gateway.launch import start_gateway
+from gateway.launch import free_ports, start_gateway
 from models import simple
 from models.mlp import write_mlp
 
+FLOOR_SECONDS = 5.0
 IDLE_CPU_SHARE = 0.05  # the server counts as idle below this share of its core
 # The better of closed loops this wide: a loop too narrow leaves the server idle between
 # answers, a wide one makes a batched model's batches.
@@ -142,32 +149,59 @@ def summary(label: str, unloaded_p99: float, run: Run, idle_s: float) -> dict[st
     return figures
 
 
-def measure(model: str, protocol: str, server, args: argparse.Namespace) -> dict[str, float]:
+class CannedServer:
+    """benchmarks/canned_server.py in a process of its own on `core`."""
+
+    def __init__(self, core: int) -> None:
+        self.ports = free_ports(2)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.canned_server", *map(str, self.ports)],
+            stdout=subprocess.PIPE, preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        if self.process.stdout.readline() != b"ready\n":
+            raise RuntimeError("benchmarks/canned_server.py did not start")
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def measure(
+    model: str, protocol: str, server, canned: CannedServer, args: argparse.Namespace
+) -> dict[str, float]:
     if protocol == "http":
         port, request, connection = server.http_port, http_infer(server.http_port, model), None
     else:
         port, request, connection = server.grpc_port, grpc_infer(model), GrpcConnection
     kinds = {"connection": connection} if connection else {}
     saturation = max(
-        asyncio.run(closed_loop("127.0.0.1", port, request, n, 2.0, **kinds))
+        run_generator(closed_loop("127.0.0.1", port, request, n, 2.0, **kinds))
         for n in SATURATION_CONNECTIONS
     )
     with no_collector_pauses():
-        calm = asyncio.run(offer("127.0.0.1", port, request, saturation / 10, 3.0, **kinds))
+        calm = run_generator(offer("127.0.0.1", port, request, saturation / 10, 3.0, **kinds))
     unloaded_p99 = p99_ms([o.latency_s for o in calm.outcomes if o.status == 200])
     rate = args.factor * saturation
+    floor_port = canned.ports[0] if protocol == "http" else canned.ports[1]
+    with no_collector_pauses():
+        floor_run = run_generator(offer(
+            "127.0.0.1", floor_port, request, rate, FLOOR_SECONDS,
+            max_connections=args.connections, opened=args.connections, **kinds,
+        ))  # fmt: skip
+    floor_p99 = p99_ms([o.latency_s for o in floor_run.outcomes if o.status == 503])
     label = f"{model} over {protocol}"
     print(f"\n{label}: saturation {saturation:,.0f}/s (closed loops of "
           f"{' or '.join(map(str, SATURATION_CONNECTIONS))} connections); unloaded p99 "
           f"{unloaded_p99:.2f} ms (open loop at a tenth); "
           f"offering {rate:,.0f}/s for {args.seconds:.0f} s on up to {args.connections} "
-          "connections")  # fmt: skip
+          f"connections; the floor at that rate: p99 {floor_p99:.2f} ms")  # fmt: skip
     server_cpu, client_cpu = CpuSampler(server.process.pid), CpuSampler(os.getpid())
     server_cpu.start()
     client_cpu.start()
     try:
         with no_collector_pauses():
-            run = asyncio.run(offer("127.0.0.1", port, request, rate, args.seconds,
+            run = run_generator(offer("127.0.0.1", port, request, rate, args.seconds,
                                     max_connections=args.connections,
                                     opened=args.connections, **kinds))  # fmt: skip
         idle_s = server_cpu.seconds_to_idle(run.ended)
@@ -176,7 +210,7 @@ def measure(model: str, protocol: str, server, args: argparse.Namespace) -> dict
             sampler.stopped.set()
             sampler.join()
     per_second(run, run.started, server_cpu, client_cpu)
-    return summary(label, unloaded_p99, run, idle_s)
+    return {**summary(label, unloaded_p99, run, idle_s), "floor_p99_ms": floor_p99}
 
 
 def main() -> None:
@@ -207,15 +241,19 @@ def main() -> None:
             log_path=Path(tmp) / "gateway.log", cpu_cores={args.server_core}, timeout_s=180,
         )  # fmt: skip
         results = {}
+        canned = CannedServer(args.server_core)
         try:
             for model, protocol in itertools.product(args.models, args.protocols):
-                results[(model, protocol)] = measure(model, protocol, server, args)
+                results[(model, protocol)] = measure(model, protocol, server, canned, args)
         finally:
             server.stop()
-        print("\nmodel   protocol  unanswered  refusals p99  admitted p99 / unloaded  idle after")
+            canned.stop()
+        print("\nmodel   protocol  unanswered  refusals p99  (floor p99)  admitted p99 / unloaded"
+              "  idle after")  # fmt: skip
         for (model, protocol), r in results.items():
             print(f"{model:<7} {protocol:<8}  {r['unanswered']:>10}  {r['refused_p99_ms']:>9.2f} ms"
-                  f"  {r['admitted_x']:>22.1f}x  {r['idle_s']:>8.2f} s")  # fmt: skip
+                  f"  ({r['floor_p99_ms']:>6.2f} ms)  {r['admitted_x']:>22.1f}x"
+                  f"  {r['idle_s']:>8.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":
