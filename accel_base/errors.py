@@ -82,6 +82,21 @@ class Internal(GatewayError):
     """The backend failed while running a request; the message carries its reason."""
 
 
+class HandlerFailed(GatewayError):
+    """A model's own code failed a request with a status of its choosing (a TorchServe
+    handler's PredictionException, or its out-of-memory 507): the status goes to the
+    client as it is. `detail` is the model's own message, without ours around it."""
+
+    def __init__(self, message: str, status: int = 500, detail: str = "") -> None:
+        super().__init__(message)
+        self.http_status = status if 400 <= status <= 599 else 500
+        self.grpc_status = {
+            400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 503: "UNAVAILABLE",
+            507: "RESOURCE_EXHAUSTED",
+        }.get(self.http_status, "INTERNAL")  # fmt: skip
+        self.detail = detail or message
+
+
 def by_name(kind: str) -> type[GatewayError] | None:
     """The class of ours with this name (as a worker or a front process sends it), or None."""
     cls = globals().get(kind)

@@ -83,6 +83,12 @@ BUILT_IN: tuple[Platform, ...] = (
         claims_artifact=True, optional_inputs=True, per_request=True, warm_up=False,
         execution="process only",
     ),
+    # A TorchServe archive, unpacked as the version directory; its handler is a user's code.
+    Platform(
+        "torchserve", "backends.torchserve.backend", "TorchServeBackend", "torchserve", "",
+        per_request=True, warm_up=False, execution="process only", expansion=1.3,
+        worker_base_bytes=350 * MiB,
+    ),
     # Another V2 server runs it: the version directory holds no file, and zeros are not
     # sent to someone else's model at load.
     Platform(

@@ -213,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the X-Amzn-SageMaker-Target-Model header) on --sagemaker-port",
     )
     serve.add_argument("--sagemaker-port", type=port, default=8080, help="default %(default)s")
+    serve.add_argument(
+        "--torchserve-port",
+        type=port,
+        help="serve TorchServe's inference API (GET /ping, POST /predictions/{model}) on "
+        "this port too, for TorchServe archives in the repository (accel-gateway torchserve "
+        "does it all with TorchServe's own flags)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="default", choices=FORMATS,
                        help="text with local time (default), text with UTC ISO 8601 time, or "
@@ -276,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             "--grpc-port": args.grpc_port,
             "--metrics-port": args.metrics_port,
             **({"--sagemaker-port": args.sagemaker_port} if args.sagemaker else {}),
+            **({"--torchserve-port": args.torchserve_port} if args.torchserve_port else {}),
         })  # fmt: skip
         check_management_exposure(
             args.host,
@@ -332,6 +340,7 @@ def _options(
         server_name=args.server_name,
         allow_shared_memory=args.allow_shared_memory,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
+        torchserve_port=args.torchserve_port,
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),

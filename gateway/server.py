@@ -31,7 +31,7 @@ from gateway.operation.security import (
     management_enabled,
 )
 from gateway.operation.tracing.tracer import Tracing
-from gateway.protocols.http.sagemaker import create_sagemaker_app
+from gateway.side_fronts import SideServers, side_fronts
 
 log = logging.getLogger("accel_gateway")
 
@@ -66,6 +66,8 @@ class ServerOptions:
     allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
     sagemaker_port: int | None = None
+    # TorchServe's inference API (GET /ping, /predictions/...) on this port; None: off.
+    torchserve_port: int | None = None
     # TLS on the HTTP, gRPC and metrics ports (SageMaker's stays plain HTTP); None: off.
     tls: TLSFiles | None = None
     # Management without the admin token on a non-loopback address, only when asked for.
@@ -142,7 +144,7 @@ class Gateway:
         self.listeners: Listeners | None = None  # HTTP and gRPC, when this process serves them
         self.fronts: FrontSupervisor | None = None  # else the front processes that do
         self.metrics: Any = None
-        self.sagemaker: Any = None
+        self.side = SideServers(side_fronts(options), options.host)
 
     async def start(self) -> None:
         options = self.options
@@ -156,19 +158,16 @@ class Gateway:
         context = options.tls.ssl_context() if options.tls else None
         # Bind every port before starting anything, so a port in use is one clear error.
         metrics_socket = listen(options.host, options.metrics_port, "metrics")
-        sagemaker_socket = None
-        if options.sagemaker_port is not None:
-            sagemaker_socket = listen(options.host, options.sagemaker_port, "SageMaker")
         try:
+            self.side.bind()
             if options.workers == 1:
                 self.listeners = Listeners(self.core, options)
                 self.listeners.bind()
             else:  # the fronts bind in their own processes; a port in use ends them
                 check_ports_free(options)
         except OSError:
-            for sock in (metrics_socket, sagemaker_socket):
-                if sock is not None:
-                    sock.close()
+            metrics_socket.close()
+            self.side.close()
             raise
         if self.listeners is not None:
             await self.listeners.start(context)
@@ -182,13 +181,8 @@ class Gateway:
             create_metrics_app(self.repository, self.fronts), limits, context
         )
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
-        if sagemaker_socket is not None:
-            self.sagemaker = uvicorn_server(
-                create_sagemaker_app(self.core, options.max_body_bytes), limits
-            )
-            self._tasks.append(
-                asyncio.create_task(self.sagemaker.serve(sockets=[sagemaker_socket]))
-            )
+        self.side.start(self.core, limits, options.max_body_bytes)
+        self._tasks.extend(self.side.tasks)
 
         await self.repository.load_startup_models(options.load_models)
         if options.model_control_mode == "poll":
@@ -219,6 +213,11 @@ class Gateway:
                 if options.tls.client_ca
                 else "not asked for",
             )
+        if options.torchserve_port is not None:
+            log.info(
+                "TorchServe's inference API (/ping, /predictions) on %s:%d",
+                options.host, options.torchserve_port,
+            )  # fmt: skip
         if options.sagemaker_port is not None:
             log.info(
                 "SageMaker /ping and /invocations on %s:%d", options.host, options.sagemaker_port
@@ -257,10 +256,10 @@ class Gateway:
                 self.core.in_flight.count, drain_s,
             )  # fmt: skip
         remaining = max(deadline - loop.time(), 0.5)
-        for server in (self.metrics, self.sagemaker):
-            if server is not None:
-                server.config.timeout_graceful_shutdown = remaining  # then connections close
-                server.should_exit = True
+        if self.metrics is not None:
+            self.metrics.config.timeout_graceful_shutdown = remaining  # then connections close
+            self.metrics.should_exit = True
+        self.side.stop(remaining)
         if self.listeners is not None:
             await self.listeners.stop(remaining)
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -24,18 +24,12 @@ import numpy as np
 from accel_base.config_json import config_to_json
 from accel_base.datatypes import datatype_of, v2_datatype
 from accel_base.proto import model_config_pb2 as mc
-from backends.base import Backend, BackendUnavailable, Device, TensorSpec
+from backends.base import BackendUnavailable, Device
+from backends.per_request import ALL, Failure, PerRequestBackend, RequestInfo
 from backends.python import model_calls, pb_utils
 from backends.python.auto_complete import ModelConfig
 from backends.python.sender import ERROR_CLASSES, ResponseSender
 
-# (rows, requested output names, parameters, request id, correlation id, stream token)
-# of one request; the token is a decoupled request's (gateway/core/decoupled.py), else "".
-RequestInfo = tuple[int, tuple[str, ...], dict[str, Any], str, Any, str]
-Failure = tuple[int, str, str]  # (request index, gateway error class name, message)
-
-
-ALL = -1  # a failure's request index when every request of the batch failed alike
 MAX_MESSAGE_CHARS = 512  # per failed request: the reply must fit one worker message
 
 
@@ -47,7 +41,7 @@ def output_key(index: int, name: str) -> str:
     return f"{index}:{name}"
 
 
-class PythonBackend(Backend):
+class PythonBackend(PerRequestBackend):
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
         sys.modules.setdefault("triton_python_backend_utils", pb_utils)
@@ -78,28 +72,6 @@ class PythonBackend(Backend):
 
     def completed_config(self) -> mc.ModelConfig | None:
         return self.config if self.completed else None
-
-    def inputs(self) -> list[TensorSpec]:
-        return self._specs(self.config.input)
-
-    def outputs(self) -> list[TensorSpec]:
-        return self._specs(self.config.output)
-
-    def _specs(self, tensors: Any) -> list[TensorSpec]:
-        batch = (-1,) if self._batched else ()
-        return [
-            TensorSpec(t.name, v2_datatype(t.data_type), batch + tuple(t.dims)) for t in tensors
-        ]
-
-    def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        """All of `inputs` as one request."""
-        rows = len(next(iter(inputs.values()))) if self._batched and inputs else 1
-        outputs, failures = self.run_requests(
-            inputs, output_names, [(rows, tuple(output_names), {}, "", 0)]
-        )
-        if failures:
-            raise RuntimeError(failures[0][2])
-        return {key.split(":", 1)[1]: value for key, value in outputs.items()}
 
     def run_requests(
         self, inputs: dict[str, np.ndarray], output_names: list[str], infos: list[RequestInfo]

@@ -13,7 +13,7 @@ from accel_base import errors
 from gateway.core.inference import InferRequest
 
 Failures = dict[int, errors.GatewayError]
-ALL = -1  # backends.python.backend.ALL: the index of a failure of the whole batch
+ALL = -1  # backends.per_request.ALL: the index of a failure of the whole batch
 
 
 def request_info(request: InferRequest, rows: int, output_names: list[str]) -> tuple:
@@ -58,7 +58,11 @@ async def run_requests(
 
 
 def failure_error(model: str, kind: str, message: str) -> errors.GatewayError:
-    """A failure a worker reported for a request, as the client sees it."""
+    """A failure a worker reported for a request, as the client sees it. A kind
+    "HandlerFailed:<status>" carries the status the model's code chose."""
+    kind, _, status = kind.partition(":")
+    if kind == "HandlerFailed" and status.isdigit():
+        return errors.HandlerFailed(f"model '{model}': {message}", int(status), message)
     cls = errors.by_name(kind)
     if cls is not None and cls is not errors.Internal:
         return cls(f"model '{model}': {message}")

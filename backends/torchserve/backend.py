@@ -1,0 +1,143 @@
+"""A TorchServe handler, run as TorchServe runs it, on batches from the gateway's batcher.
+
+The version directory is an unpacked archive (backends/torchserve/archive.py). TorchServe's
+own loader (`ts.model_loader`) imports the handler by the manifest's rules (a module,
+`module:function`, a built-in handler's name; a class's `initialize(context)` or a
+function called once with `(None, context)`), and `ts.service.Service.predict` runs it
+with TorchServe's `Context`. Each request's body and headers go in, and its answer comes
+out, through the frame format TorchServe's frontend uses (otf.py), read and written by
+`ts` itself. It always runs in a worker process of its own: a handler is a user's code.
+
+Tensors: the input "body" (BYTES, one element a request: the request's body) and the
+outputs "response" (BYTES: the answer's bytes) and "response_info" (BYTES: JSON with the
+status, reason, content type and headers the handler set). A request's parameters may
+carry "content_type" (the body's), "headers" (JSON, a list of [name, value]) and
+"fields" (JSON, a list of [name, content type, value] for query or form fields).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel_base.proto import model_config_pb2 as mc
+from backends.base import BackendUnavailable, Device
+from backends.per_request import ALL, Failure, PerRequestBackend, RequestInfo
+from backends.torchserve import otf
+from backends.torchserve.archive import read_manifest
+
+BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"
+
+
+class _NoStreaming:
+    """`context.cl_socket`: where a handler's intermediate answers would go."""
+
+    def sendall(self, data: bytes) -> None:
+        raise RuntimeError(
+            "this handler streams intermediate responses (send_intermediate_predict_response), "
+            "which the gateway does not serve yet; return one answer per request"
+        )
+
+
+class TorchServeBackend(PerRequestBackend):
+    def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
+        super().__init__(artifact, config, device)
+        try:
+            from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+            from ts.model_loader import ModelLoaderFactory
+        except ImportError as exc:
+            raise BackendUnavailable(
+                f"model '{config.name}' is a TorchServe archive: install TorchServe's Python "
+                f"package (pip install 'accel-gateway[torchserve]'): {exc}"
+            ) from None
+        self.manifest = read_manifest(artifact)
+        # As TorchServe's worker: the archive's directory first on the path (the handler
+        # imports its neighbours) and the working directory (handlers open files there).
+        sys.path.insert(0, str(artifact))
+        os.chdir(artifact)
+        import ts
+
+        metrics = MetricsCacheYamlImpl(
+            config_file_path=str(Path(ts.__file__).parent / "configs" / "metrics.yaml")
+        )
+        metrics.initialize_cache()
+        metrics.model_name = config.name
+        self.service = ModelLoaderFactory.get_model_loader().load(
+            config.name,
+            str(artifact),
+            self.manifest.handler,
+            device.index if device.kind == "gpu" else None,
+            max(config.max_batch_size, 1),
+            config.parameters["envelope"].string_value or None
+            if "envelope" in config.parameters
+            else None,
+            True,
+            metrics,
+        )
+        self.service.set_cl_socket(_NoStreaming())
+
+    def unload(self) -> None:
+        # TorchServe has no unload call for handlers: its worker process ends, as ours does.
+        self.service = None
+
+    def run_requests(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], infos: list[RequestInfo]
+    ) -> tuple[dict[str, np.ndarray], list[Failure]]:
+        """Each row of "body" is one TorchServe request; each gateway request gets its
+        rows' answers back under "<index>:<name>"."""
+        bodies = inputs[BODY].reshape(-1)
+        requests: list[otf.TsRequest] = []
+        for rows, _names, parameters, request_id, *_ in infos:
+            for row in range(rows):
+                body = bodies[len(requests)]
+                requests.append(_request(body, parameters, request_id, row))
+        from ts.protocol.otf_message_handler import retrieve_msg
+
+        _, batch = retrieve_msg(otf.Reader(otf.encode_predict(requests)))
+        code, message, answers = otf.decode_predict_response(bytes(self.service.predict(batch)))
+        if code != 200:
+            return {}, [(ALL, f"HandlerFailed:{code}", message)]
+        outputs: dict[str, np.ndarray] = {}
+        at = 0
+        for index, (rows, names, *_) in enumerate(infos):
+            mine = answers[at : at + rows]
+            at += rows
+            if RESPONSE in names:
+                outputs[f"{index}:{RESPONSE}"] = _column([a.body for a in mine])
+            if RESPONSE_INFO in names:
+                outputs[f"{index}:{RESPONSE_INFO}"] = _column([_info(a) for a in mine])
+        return outputs, []
+
+
+def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -> otf.TsRequest:
+    value = body if isinstance(body, bytes) else str(body).encode()
+    headers = json.loads(parameters.get("headers", "[]"))
+    fields = json.loads(parameters.get("fields", "[]"))
+    name = request_id or str(uuid.uuid4())
+    return otf.TsRequest(
+        request_id=name if row == 0 else f"{name}-{row}",
+        headers=[(str(k), str(v)) for k, v in headers],
+        inputs=[
+            *((str(n), str(t), str(v).encode()) for n, t, v in fields),
+            (BODY, str(parameters.get("content_type", "")), value),
+        ],
+    )
+
+
+def _info(answer: otf.TsAnswer) -> bytes:
+    return json.dumps({
+        "status": answer.status, "reason": answer.reason,
+        "content_type": answer.content_type, "headers": answer.headers,
+    }).encode()  # fmt: skip
+
+
+def _column(values: list[bytes]) -> np.ndarray:
+    array = np.empty((len(values), 1), dtype=object)
+    array[:, 0] = values
+    return array

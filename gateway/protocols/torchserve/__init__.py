@@ -1,0 +1,1 @@
+"""TorchServe's APIs over models the gateway serves (TorchServe archives among them)."""

@@ -1,0 +1,133 @@
+"""TorchServe's inference API, on its own port (8080 by default, as TorchServe's).
+
+- `GET /ping`: {"status": "Healthy"} (500 {"status": "Unhealthy"} before the server is up).
+- `POST` or `PUT /predictions/{model}[/{version}]`: the body, its content type, the request's
+  headers and its query fields go to the model's handler (a TorchServe archive's:
+  backends/torchserve/backend.py) as TorchServe's frontend sends them; the answer is
+  the handler's bytes with the status, content type and headers it set.
+
+Errors are TorchServe's JSON, {"code": ..., "type": ..., "message": ...}.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qsl, unquote
+
+import numpy as np
+import orjson
+
+from accel_base.errors import GatewayError, HandlerFailed, InvalidArgument, NotFound
+from gateway.core.inference import InferRequest, RequestedOutput, Tensor
+from gateway.core.interface import Core
+from gateway.protocols.http.body import read_body
+from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
+
+BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"
+# TorchServe's exception names, by status.
+_TYPES = {
+    400: "BadRequestException", 404: "ModelNotFoundException", 405: "MethodNotAllowedException",
+    408: "RequestTimeoutException", 413: "RequestTooLargeException",
+    503: "ServiceUnavailableException",
+}  # fmt: skip
+
+
+async def ts_error(send: Send, status: int, message: str, retry_after_s: int | None = None):
+    body = orjson.dumps(
+        {"code": status, "type": _TYPES.get(status, "InternalServerException"), "message": message},
+        option=orjson.OPT_INDENT_2,
+    )
+    headers = [(b"content-type", b"application/json")]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await respond(send, status, body, headers)
+
+
+MODEL_VERSION = "torchserve_model_version"  # gateway/tools/torchserve/store.py's parameter
+
+
+def create_inference_app(core: Core, max_body_bytes: int) -> ASGIApp:
+    async def resolve_version(name: str, version: str) -> str:
+        """TorchServe's version ("1.0", as the archive's manifest has it) as the
+        repository's: an archive is version 1 there, and a plain model's numbers stand."""
+        if not version:
+            return ""
+        config = await core.model_config(name)
+        if MODEL_VERSION not in config.parameters:
+            return version
+        if config.parameters[MODEL_VERSION].string_value == version:
+            return ""
+        raise NotFound(f"Model version {version} does not exist for model {name}")
+
+    async def predict(scope: Scope, receive: Receive, send: Send, name: str, version: str):
+        core.shedder.check()
+        headers = scope["headers"]
+        declared = dict(headers).get(b"content-length")
+        body = await read_body(receive, declared, max_body_bytes)
+        content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
+        fields = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+        data = np.empty((1, 1), dtype=object)
+        data[0, 0] = body
+        request = InferRequest(
+            model_name=name,
+            model_version=await resolve_version(name, version),
+            parameters={
+                # TorchServe's frontend passes the media type without its parameters.
+                "content_type": content_type.split(";")[0].strip(),
+                "headers": json.dumps(
+                    [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+                ),
+                "fields": json.dumps([(k, "", v) for k, v in fields]),
+            },  # fmt: skip
+            inputs=[Tensor(BODY, "BYTES", data)],
+            outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
+        )
+        response = await core.infer(request)
+        produced = {t.name: t.data for t in response.outputs}
+        if RESPONSE not in produced or RESPONSE_INFO not in produced:
+            raise InvalidArgument(
+                f"model '{name}' is not a TorchServe archive's (it has no outputs "
+                f"{RESPONSE} and {RESPONSE_INFO}); call it over the V2 protocol"
+            )
+        answer = produced[RESPONSE].reshape(-1)[0]
+        info = json.loads(produced[RESPONSE_INFO].reshape(-1)[0])
+        # The handler's headers (set_response_content_type is one of them), else its
+        # content type as the answer carries it.
+        set_headers = {k.lower(): v for k, v in info["headers"].items()}
+        if info["content_type"] and "content-type" not in set_headers:
+            set_headers["content-type"] = info["content_type"]
+        reply = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in set_headers.items()]
+        await respond(send, info["status"], bytes(answer), reply)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        method, parts = scope["method"], scope["path"].strip("/").split("/")
+        try:
+            if parts == ["ping"] and method == "GET":
+                healthy = core.ready()
+                body = orjson.dumps(
+                    {"status": "Healthy" if healthy else "Unhealthy"}, option=orjson.OPT_INDENT_2
+                )
+                await respond(
+                    send, 200 if healthy else 500, body, [(b"content-type", b"application/json")]
+                )
+            elif parts[0] == "predictions" and 2 <= len(parts) <= 3:
+                if method not in ("POST", "PUT"):
+                    await ts_error(send, 405, f"{method} is not allowed; predictions take POST")
+                    return
+                name = unquote(parts[1])
+                version = unquote(parts[2]) if len(parts) == 3 else ""
+                await predict(scope, receive, send, name, version)
+            else:
+                await ts_error(
+                    send, 404, "Requested resource is not found, please refer to API document."
+                )
+        except HandlerFailed as exc:
+            await ts_error(send, exc.http_status, exc.detail)
+        except GatewayError as exc:
+            await ts_error(send, exc.http_status, exc.message, exc.retry_after_s)
+        except Exception as exc:
+            await ts_error(send, 500, f"internal error: {type(exc).__name__}: {exc}")
+
+    return app

@@ -1,0 +1,23 @@
+"""A module-level entry point: called once with (None, context) to initialize, then with
+each batch. It answers in text, and uses the context as TorchServe gives it: a request
+header, and the response's status, content type and headers per request."""
+
+_state = {}
+
+
+def handle(data, context):
+    if data is None:  # the initialize call
+        _state["model"] = context.manifest["model"]["modelName"]
+        return None
+    answers = []
+    for index, request in enumerate(data):
+        body = request.get("body") or b""
+        text = body.decode() if isinstance(body, (bytes, bytearray)) else str(body)
+        context.set_response_content_type(index, "text/plain")
+        context.set_response_header(index, "x-model", _state["model"])
+        if request.get("shout"):
+            context.set_response_status(201, "Created", index)
+            text = text.upper()
+        echo = context.get_request_header(index, "x-echo") or ""
+        answers.append(f"{text}|{echo}|{len(data)}")
+    return answers

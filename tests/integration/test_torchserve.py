@@ -1,0 +1,148 @@
+"""TorchServe archives made by the real torch-model-archiver, served by a real gateway over
+TorchServe's inference API (--torchserve-port) and over V2."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+pytest.importorskip("ts")
+
+from gateway.launch import GatewayProcess, free_ports, start_gateway  # noqa: E402
+from gateway.tools.torchserve.store import Defaults, add_archive  # noqa: E402
+from models.digits import held_out  # noqa: E402
+from models.torchserve.archives import build_archive  # noqa: E402
+
+
+class Served:
+    def __init__(self, server: GatewayProcess, port: int) -> None:
+        self.server = server
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[Served]:
+    store = tmp_path_factory.mktemp("model-store")
+    archives = [
+        (build_archive("digits", store, model_config={"batchSize": 4, "maxBatchDelay": 300}),
+         None),
+        (build_archive("digits", store, name="digits_tgz", archive_format="tgz"), None),
+        (build_archive("function", store, archive_format="no-archive"), None),
+        (build_archive("failing", store), None),
+    ]  # fmt: skip
+    repository = tmp_path_factory.mktemp("repository")
+    for archive, name in archives:
+        add_archive(archive, repository, Defaults(), name)
+    *ports, torchserve_port = free_ports(4)
+    server = start_gateway(
+        repository, "--torchserve-port", str(torchserve_port),
+        log_path=tmp_path_factory.mktemp("logs") / "gateway.log", ports=tuple(ports),
+        timeout_s=180,
+    )  # fmt: skip
+    yield Served(server, torchserve_port)
+    assert server.stop() == 0, server.log()
+
+
+@functools.cache
+def trained_net():
+    from models import digits_torch
+
+    return digits_torch.train()
+
+
+def reference_digits(images: np.ndarray) -> np.ndarray:
+    import torch
+
+    net = trained_net()
+    with torch.no_grad():
+        return net(torch.from_numpy(images)).numpy()
+
+
+def test_ping_is_healthy(served):
+    reply = served.client.get("/ping")
+    assert reply.status_code == 200 and reply.json() == {"status": "Healthy"}
+
+
+@pytest.mark.parametrize("model", ["digits", "digits_tgz"])
+def test_a_base_handler_subclass_answers_as_the_trained_net(served, model):
+    images, _ = held_out()
+    expected = reference_digits(images[:5])
+    for image, probabilities in zip(images[:5], expected, strict=True):
+        reply = served.client.post(f"/predictions/{model}", json={"pixels": image.tolist()})
+        assert reply.status_code == 200, reply.text
+        answer = reply.json()
+        assert answer["digit"] == int(probabilities.argmax())
+        np.testing.assert_allclose(answer["probabilities"], probabilities, rtol=1e-5, atol=1e-6)
+
+
+def test_concurrent_requests_meet_in_one_batch_up_to_batch_size(served):
+    images, _ = held_out()
+    # batchSize 4 with a 300 ms window: eight requests at once ride in batches of up to 4.
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(
+            lambda image: served.client.post("/predictions/digits", json=image.tolist()),
+            images[:8],
+        ))  # fmt: skip
+    batches = [reply.json()["batch"] for reply in replies]
+    assert all(reply.status_code == 200 for reply in replies)
+    assert max(batches) > 1 and max(batches) <= 4
+
+
+def test_the_same_archive_serves_over_v2(served):
+    images, _ = held_out()
+    client = httpclient.InferenceServerClient(served.server.http_url)
+    body = httpclient.InferInput("body", [1, 1], "BYTES")
+    body.set_data_from_numpy(np.array([[json.dumps(images[0].tolist()).encode()]], dtype=object))
+    result = client.infer("digits", [body], outputs=[httpclient.InferRequestedOutput("response")])
+    answer = json.loads(result.as_numpy("response")[0, 0])
+    assert answer["digit"] == int(reference_digits(images[:1])[0].argmax())
+
+
+def test_a_function_handler_sees_headers_and_query_and_sets_its_answer(served):
+    reply = served.client.post(
+        "/predictions/function/1.0", params={"shout": "1"}, headers={"x-echo": "hi"},
+        content=b"hello",
+    )  # fmt: skip
+    assert reply.status_code == 201
+    assert reply.text == "HELLO|hi|1"
+    assert reply.headers["content-type"] == "text/plain"
+    assert reply.headers["x-model"] == "function"
+    plain = served.client.put("/predictions/function", content=b"quiet")
+    assert (plain.status_code, plain.text) == (200, "quiet||1")
+
+
+def test_an_unknown_version_or_model_is_torchserves_404(served):
+    reply = served.client.post("/predictions/function/9.9", content=b"x")
+    assert reply.status_code == 404
+    assert reply.json()["type"] == "ModelNotFoundException"
+    assert "9.9" in reply.json()["message"]
+    unknown = served.client.post("/predictions/nothing", content=b"x")
+    assert unknown.status_code == 404 and unknown.json()["code"] == 404
+
+
+def test_a_prediction_exception_answers_with_its_own_code_and_message(served):
+    reply = served.client.post("/predictions/failing", content=b"refuse")
+    assert reply.status_code == 513
+    assert reply.json() == {
+        "code": 513, "type": "InternalServerException", "message": "the input was refused",
+    }  # fmt: skip
+
+
+def test_a_handler_that_breaks_fails_only_its_batch(served):
+    broken = served.client.post("/predictions/failing", content=b"crash")
+    assert broken.status_code == 503
+    assert broken.json()["message"] == "Prediction failed"
+    fine = served.client.post("/predictions/failing", content=b"fine")
+    assert (fine.status_code, fine.text) == (200, "ok")
+
+
+def test_a_get_on_predictions_is_refused_by_name(served):
+    reply = served.client.get("/predictions/digits")
+    assert reply.status_code == 405 and reply.json()["type"] == "MethodNotAllowedException"
