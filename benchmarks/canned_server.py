@@ -16,7 +16,7 @@ import asyncio
 import re
 import sys
 
-from benchmarks.grpc_open_loop import END_HEADERS, END_STREAM, HEADERS, PREFACE, _frame, _literal
+from benchmarks.grpc_open_loop import END_HEADERS, END_STREAM, HEADERS, PREFACE, frame, literal
 
 _BODY = b'{"error":"refused"}'
 HTTP_REFUSAL = (
@@ -27,9 +27,9 @@ _LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
 # :status 200 (static table entry 8), then literal fields: the generator finds grpc-status.
 _TRAILERS = (
     b"\x88"
-    + _literal(b"content-type", b"application/grpc")
-    + _literal(b"grpc-status", b"14")
-    + _literal(b"grpc-message", b"refused")
+    + literal(b"content-type", b"application/grpc")
+    + literal(b"grpc-status", b"14")
+    + literal(b"grpc-message", b"refused")
 )
 
 
@@ -69,7 +69,7 @@ class _Grpc(asyncio.Protocol):
                 break
             if buffer[start + 3] == HEADERS:
                 stream = int.from_bytes(buffer[start + 5 : start + 9], "big") & 0x7FFFFFFF
-                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream, _TRAILERS))
+                out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream, _TRAILERS))
             start = end
         del buffer[:start]
         if out:

@@ -25,12 +25,12 @@ OK, UNAVAILABLE, UNKNOWN = 200, 503, 599  # gRPC statuses as the HTTP codes the 
 _STATUSES = {b"0": OK, b"14": UNAVAILABLE}
 
 
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     head = len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
     return head + payload
 
 
-def _literal(name: bytes, value: bytes) -> bytes:
+def literal(name: bytes, value: bytes) -> bytes:
     """A literal field without indexing, new name (both under 127 bytes)."""
     return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
@@ -40,7 +40,7 @@ def grpc_call(path: str, message: bytes, authority: str = "127.0.0.1") -> tuple[
     block = b"\x83\x86"  # the static table's :method POST, :scheme http
     for name, value in ((b":path", path.encode()), (b":authority", authority.encode()),
                         (b"content-type", b"application/grpc"), (b"te", b"trailers")):  # fmt: skip
-        block += _literal(name, value)
+        block += literal(name, value)
     return block, b"\x00" + len(message).to_bytes(4, "big") + message
 
 
@@ -48,8 +48,8 @@ def grpc_call(path: str, message: bytes, authority: str = "127.0.0.1") -> tuple[
 # connection window raised to match, so that answers never wait for our credit.
 _OPENING = (
     PREFACE
-    + _frame(SETTINGS, 0, 0, (4).to_bytes(2, "big") + _MAX_WINDOW.to_bytes(4, "big"))
-    + _frame(WINDOW_UPDATE, 0, 0, (_MAX_WINDOW - 65535).to_bytes(4, "big"))
+    + frame(SETTINGS, 0, 0, (4).to_bytes(2, "big") + _MAX_WINDOW.to_bytes(4, "big"))
+    + frame(WINDOW_UPDATE, 0, 0, (_MAX_WINDOW - 65535).to_bytes(4, "big"))
 )
 
 
@@ -76,7 +76,7 @@ class GrpcConnection(asyncio.Protocol):
         self.stream, self.outcome = stream, outcome
         assert self.transport is not None
         self.transport.write(
-            _frame(HEADERS, END_HEADERS, stream, block) + _frame(DATA, END_STREAM, stream, data)
+            frame(HEADERS, END_HEADERS, stream, block) + frame(DATA, END_STREAM, stream, data)
         )
 
     def data_received(self, data: bytes) -> None:
@@ -100,14 +100,14 @@ class GrpcConnection(asyncio.Protocol):
                 if stream & 0x7FFFFFFF == self.stream:  # before its trailers (after: ignored)
                     self._finish(UNKNOWN)
             elif kind == SETTINGS and not flags & ACK:
-                self.transport.write(_frame(SETTINGS, ACK, 0, b""))
+                self.transport.write(frame(SETTINGS, ACK, 0, b""))
             elif kind == PING and not flags & ACK:
-                self.transport.write(_frame(PING, ACK, 0, payload))
+                self.transport.write(frame(PING, ACK, 0, payload))
             elif kind == GOAWAY:
                 self.generator.connections.discard(self)  # no new calls here
         del buffer[:start]
         if self.received > 1 << 30:
-            self.transport.write(_frame(WINDOW_UPDATE, 0, 0, self.received.to_bytes(4, "big")))
+            self.transport.write(frame(WINDOW_UPDATE, 0, 0, self.received.to_bytes(4, "big")))
             self.received = 0
 
     def _ended(self, block: bytes) -> None:

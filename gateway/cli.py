@@ -11,7 +11,6 @@ from pathlib import Path
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
 from gateway import SERVER_NAME, __version__
 from gateway.arguments import (
-    distinct_ports,
     port,
     positive_float,
     positive_int,
@@ -278,13 +277,6 @@ def main(argv: list[str] | None = None) -> int:
         # Checked before the example repository is built, so a mistake costs no wait.
         tls = tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)
         tracing = Tracing(*parse_trace_config(args.trace_config))
-        distinct_ports({
-            "--http-port": args.http_port,
-            "--grpc-port": args.grpc_port,
-            "--metrics-port": args.metrics_port,
-            **({"--sagemaker-port": args.sagemaker_port} if args.sagemaker else {}),
-            **({"--torchserve-port": args.torchserve_port} if args.torchserve_port else {}),
-        })  # fmt: skip
         check_management_exposure(
             args.host,
             args.admin_token,

@@ -37,6 +37,9 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+BACKLOG = 2048  # uvicorn's own default
+
+
 def listen(host: str, port: int, what: str, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -45,6 +48,10 @@ def listen(host: str, port: int, what: str, reuse_port: bool = False) -> socket.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
+        # Listening now, not when its server starts: two SO_REUSEADDR sockets may both
+        # bind one port, and only listen() tells them apart (a clash then would fail in
+        # the server's task, after the start said ready).
+        sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
         raise OSError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from None

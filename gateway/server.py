@@ -14,6 +14,7 @@ from typing import Any
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from gateway import SERVER_NAME, __version__
+from gateway.arguments import distinct_ports
 from gateway.core.placement.options import MemoryOptions
 from gateway.core.repository import ModelRepository
 from gateway.core.service import InferenceCore
@@ -86,6 +87,15 @@ class ServerOptions:
 
     def check(self) -> None:
         """Raise ConfigError for options that must not start a server."""
+        try:
+            distinct_ports({
+                "--http-port": self.http_port, "--grpc-port": self.grpc_port,
+                "--metrics-port": self.metrics_port,
+                **({"--sagemaker-port": self.sagemaker_port} if self.sagemaker_port else {}),
+                **({"--torchserve-port": self.torchserve_port} if self.torchserve_port else {}),
+            })  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.workers < 1:
             raise ConfigError(f"--workers must be at least 1 (or auto), not {self.workers}")
         if self.workers > 1:

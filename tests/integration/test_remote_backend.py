@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ import tritonclient.http as httpclient
 from test_tritonclient import IDENTITY_DATA
 from tritonclient.utils import InferenceServerException
 
-from gateway.launch import GatewayProcess, free_port
+from gateway.launch import GatewayProcess
 from models import simple
 from models.config_text import DynamicBatching
 from models.remote import write_remote
@@ -264,8 +266,17 @@ def test_a_remote_killed_mid_load_fails_only_its_calls_then_comes_back(server_fa
     assert all(f"remote grpc://{remotes[1].grpc_url}" in f for _, _, f in failures), failures
 
 
-def test_an_unreachable_remote_answers_503_at_once_naming_it(server_factory, tmp_path):
-    port = free_port()  # nothing listens there
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A port nothing listens on, held bound (not listening) for the test: connections to
+    it are refused, and no gateway started meanwhile can be given it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_an_unreachable_remote_answers_503_at_once_naming_it(server_factory, tmp_path, dead_port):
+    port = dead_port
     repository = tmp_path / "front"
     write_remote(
         repository, "nowhere", [f"127.0.0.1:{port}"], "simple",
@@ -294,9 +305,9 @@ def test_an_unreachable_remote_answers_503_at_once_naming_it(server_factory, tmp
 
 
 def test_a_remote_that_cannot_be_reached_at_load_and_declares_nothing_fails_to_load(
-    server_factory, tmp_path
+    server_factory, tmp_path, dead_port
 ):
-    port = free_port()
+    port = dead_port
     repository = tmp_path / "front"
     write_remote(repository, "unknown_signature", [f"127.0.0.1:{port}"], "simple")
     front = server_factory(repository)
@@ -306,12 +317,14 @@ def test_a_remote_that_cannot_be_reached_at_load_and_declares_nothing_fails_to_l
     assert f"127.0.0.1:{port}" in index["unknown_signature"]["reason"]
 
 
-def test_a_down_endpoint_is_skipped_and_the_call_tried_on_the_next(server_factory, tmp_path):
+def test_a_down_endpoint_is_skipped_and_the_call_tried_on_the_next(
+    server_factory, tmp_path, dead_port
+):
     back = tmp_path / "back"
     simple.build(back)
     remote = server_factory(back)
     repository = tmp_path / "front"
-    endpoints = [f"127.0.0.1:{free_port()}", remote.grpc_url]
+    endpoints = [f"127.0.0.1:{dead_port}", remote.grpc_url]
     write_remote(repository, "simple", endpoints, parameters={"health_interval_ms": "60000"})
     front = server_factory(repository)
     answered, failures = _load(front.grpc_url, "simple", 20, 2)
