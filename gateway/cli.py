@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ from gateway.arguments import (
 from gateway.core.placement import options as memory_options
 from gateway.core.repository import CONTROL_MODES
 from gateway.core.scheduling.admission import EXEMPT_PER_INSTANCE
-from gateway.listeners import event_loop_factory
 from gateway.operation import health_command
 from gateway.operation.drain import DEFAULT_DRAIN_SECONDS
 from gateway.operation.limits import ConnectionLimits
@@ -34,10 +32,12 @@ from gateway.operation.security import (
 )
 from gateway.operation.tracing.tracer import Tracing, parse_trace_config
 from gateway.protocols.grpc.listener import GRPC_SERVERS
-from gateway.server import Gateway, ServerOptions
+from gateway.run import run_gateway
+from gateway.server import ServerOptions
 from gateway.tools import compile_command, loadtest_command
 from gateway.tools.compare import command as compare_command
 from gateway.tools.ray import command as ray_command
+from gateway.tools.torchserve import command as torchserve_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest_command.add_parser(commands)
     health_command.add_parser(commands)
     ray_command.add_parser(commands)
+    torchserve_command.add_parser(commands)
     return parser
 
 
@@ -252,9 +253,6 @@ def _default_repository() -> Path:
     from models.build import ensure_example_repository
 
     return ensure_example_repository(log=lambda line: print(line, file=sys.stderr, flush=True))
-
-
-GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         return health_command.run(args, build_parser().parse_args)
     if args.command == "ray":
         return ray_command.run(args)
+    if args.command == "torchserve":
+        given = sys.argv[1:] if argv is None else argv
+        return torchserve_command.run(args, given[given.index("torchserve") + 1 :])
     try:
         # Checked before the example repository is built, so a mistake costs no wait.
         tls = tls_files(args.tls_cert, args.tls_key, args.tls_client_ca)
@@ -290,21 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if not repository.is_dir():
         print(f"accel-gateway: model repository {repository} is not a directory", file=sys.stderr)
         return 2
-    options = _options(args, repository, tls, tracing)
-    options.log.apply()
-    # Instance threads hand batches back to the event loop's thread: with Python's 5 ms
-    # default, a thread that wants the GIL back may wait that long behind a busy loop.
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    try:
-        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(Gateway(options).run())
-    except ConfigError as exc:
-        print(f"accel-gateway: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"accel-gateway: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_gateway(_options(args, repository, tls, tracing))
 
 
 def _options(

@@ -69,6 +69,8 @@ class ServerOptions:
     sagemaker_port: int | None = None
     # TorchServe's inference API (GET /ping, /predictions/...) on this port; None: off.
     torchserve_port: int | None = None
+    # The key its clients must send (Authorization: Bearer); None: none asked for.
+    torchserve_token: str | None = None
     # TLS on the HTTP, gRPC and metrics ports (SageMaker's stays plain HTTP); None: off.
     tls: TLSFiles | None = None
     # Management without the admin token on a non-loopback address, only when asked for.
@@ -191,7 +193,7 @@ class Gateway:
             create_metrics_app(self.repository, self.fronts), limits, context
         )
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
-        self.side.start(self.core, limits, options.max_body_bytes)
+        self.side.start(self.core, options)
         self._tasks.extend(self.side.tasks)
 
         await self.repository.load_startup_models(options.load_models)

@@ -13,7 +13,6 @@ from typing import Any
 
 from gateway.core.interface import Core
 from gateway.listeners import listen, uvicorn_server
-from gateway.operation.limits import ConnectionLimits
 from gateway.protocols.http.sagemaker import create_sagemaker_app
 from gateway.protocols.torchserve.inference import create_inference_app
 
@@ -22,18 +21,22 @@ from gateway.protocols.torchserve.inference import create_inference_app
 class SideFront:
     name: str  # in errors and logs
     port: int
-    make_app: Callable[[Core, int], Any]  # (core, max body bytes) -> ASGI app
+    make_app: Callable[[Core, Any], Any]  # (core, ServerOptions) -> ASGI app
 
 
 def side_fronts(options: Any) -> list[SideFront]:
     """The side fronts `options` (ServerOptions) turn on."""
     fronts = []
     if options.sagemaker_port is not None:
-        fronts.append(SideFront("SageMaker", options.sagemaker_port, create_sagemaker_app))
+        fronts.append(SideFront(
+            "SageMaker", options.sagemaker_port,
+            lambda core, o: create_sagemaker_app(core, o.max_body_bytes),
+        ))  # fmt: skip
     if options.torchserve_port is not None:
-        fronts.append(
-            SideFront("TorchServe inference", options.torchserve_port, create_inference_app)
-        )
+        fronts.append(SideFront(
+            "TorchServe inference", options.torchserve_port,
+            lambda core, o: create_inference_app(core, o.max_body_bytes, o.torchserve_token),
+        ))  # fmt: skip
     return fronts
 
 
@@ -61,9 +64,9 @@ class SideServers:
             sock.close()
         self.sockets.clear()
 
-    def start(self, core: Core, limits: ConnectionLimits, max_body_bytes: int) -> None:
+    def start(self, core: Core, options: Any) -> None:
         for front, sock in zip(self.fronts, self.sockets, strict=True):
-            server = uvicorn_server(front.make_app(core, max_body_bytes), limits)
+            server = uvicorn_server(front.make_app(core, options), options.limits)
             self.servers.append(server)
             self.tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
 

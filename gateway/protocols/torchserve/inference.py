@@ -11,6 +11,7 @@ Errors are TorchServe's JSON, {"code": ..., "type": ..., "message": ...}.
 
 from __future__ import annotations
 
+import hmac
 import json
 from urllib.parse import parse_qsl, unquote
 
@@ -32,9 +33,13 @@ _TYPES = {
 }  # fmt: skip
 
 
-async def ts_error(send: Send, status: int, message: str, retry_after_s: int | None = None):
+async def ts_error(
+    send: Send, status: int, message: str, retry_after_s: int | None = None,
+    kind: str | None = None,
+) -> None:  # fmt: skip
+    kind = kind or _TYPES.get(status, "InternalServerException")
     body = orjson.dumps(
-        {"code": status, "type": _TYPES.get(status, "InternalServerException"), "message": message},
+        {"code": status, "type": kind, "message": message},
         option=orjson.OPT_INDENT_2,
     )
     headers = [(b"content-type", b"application/json")]
@@ -46,7 +51,18 @@ async def ts_error(send: Send, status: int, message: str, retry_after_s: int | N
 MODEL_VERSION = "torchserve_model_version"  # gateway/tools/torchserve/store.py's parameter
 
 
-def create_inference_app(core: Core, max_body_bytes: int) -> ASGIApp:
+def authorized(scope: Scope, token: str | None) -> bool:
+    """TorchServe's token authorization: `Authorization: Bearer <the inference key>`."""
+    if token is None:
+        return True
+    given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+    scheme, _, key = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), token)
+
+
+def create_inference_app(core: Core, max_body_bytes: int, token: str | None = None) -> ASGIApp:
+    """`token`: the inference key clients must send (key_file.json's); None: none."""
+
     async def resolve_version(name: str, version: str) -> str:
         """TorchServe's version ("1.0", as the archive's manifest has it) as the
         repository's: an archive is version 1 there, and a plain model's numbers stand."""
@@ -112,6 +128,12 @@ def create_inference_app(core: Core, max_body_bytes: int) -> ASGIApp:
                 await respond(
                     send, 200 if healthy else 500, body, [(b"content-type", b"application/json")]
                 )
+            elif not authorized(scope, token):
+                message = (
+                    "Token Authorization failed. Token either incorrect, expired, or not "
+                    "provided correctly"
+                )
+                await ts_error(send, 400, message, kind="InvalidKeyException")
             elif parts[0] == "predictions" and 2 <= len(parts) <= 3:
                 if method not in ("POST", "PUT"):
                     await ts_error(send, 405, f"{method} is not allowed; predictions take POST")

@@ -1,0 +1,217 @@
+"""`accel-gateway torchserve`: TorchServe's command line, served by the gateway.
+
+    accel-gateway torchserve --start [--foreground] [--ncs] --model-store STORE
+        [--models all | NAME=FILE.mar ... | FILE.mar ...] [--ts-config config.properties]
+        [--disable-token-auth] [--enable-model-api]
+    accel-gateway torchserve --stop
+
+A start script changes `torchserve` to `accel-gateway torchserve` and nothing else. The
+archives named (`--models`, else config.properties' `load_models`) are unpacked from the
+model store into a private repository (gateway/tools/torchserve/store.py), served over
+TorchServe's inference API on `inference_address` and over V2 on `v2_http_port` /
+`v2_grpc_port` (8000 / 8001), with Prometheus metrics on `metrics_address`'s port. As in
+TorchServe 0.12, token authorization is on unless disabled: the keys are written to
+key_file.json in the working directory, and inference calls need
+`Authorization: Bearer <inference key>`. Without `--foreground` the server runs in the
+background and the command returns once it answers /ping; `--stop` ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from gateway.tools.torchserve.properties import Properties, PropertiesError, read
+from gateway.tools.torchserve.store import Defaults, add_archive
+
+PID_FILE = Path(tempfile.gettempdir()) / ".accel-gateway-torchserve.pid"
+KEY_FILE = "key_file.json"
+START_TIMEOUT_S = 300.0
+# TorchServe flags that take a value and that this gateway does not serve: refused by name.
+UNSUPPORTED = {
+    "--workflow-store": "TorchServe workflows are not served",
+    "--log-config": "logging is set with accel-gateway's --log-format and --log-levels",
+    "--cpp-log-config": "TorchServe's C++ backend is not served",
+    "--plugins-path": "TorchServe's Java plug-ins cannot run here",
+}
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "torchserve", help="serve a TorchServe model store with TorchServe's own command line",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )  # fmt: skip
+    parser.add_argument("--start", action="store_true", help="start the server")
+    parser.add_argument("--stop", action="store_true", help="stop the running server")
+    parser.add_argument("--foreground", action="store_true", help="stay in the foreground")
+    parser.add_argument("--model-store", type=Path, help="the directory of .mar archives")
+    parser.add_argument(
+        "--models", nargs="+", default=[],
+        help="all, NAME=FILE.mar or FILE.mar (inside the model store)",
+    )  # fmt: skip
+    parser.add_argument("--ts-config", type=Path, help="a config.properties file")
+    parser.add_argument("--disable-token-auth", action="store_true",
+                        help="serve without token authorization (no key_file.json)")  # fmt: skip
+    parser.add_argument("--enable-model-api", action="store_true",
+                        help="accepted: the management API is not served yet, so no model is "
+                        "registered either way")  # fmt: skip
+    parser.add_argument("--ncs", "--no-config-snapshots", action="store_true", dest="ncs",
+                        help="accepted: this gateway writes no config snapshots")  # fmt: skip
+    for flag, reason in UNSUPPORTED.items():
+        parser.add_argument(flag, help=f"refused: {reason}")
+
+
+def _models(entries: list[str], store: Path) -> list[tuple[str | None, Path]]:
+    """(name or None, archive path) for each --models / load_models entry."""
+    if entries in ([], ["all"]):
+        return [(None, path) for path in sorted(store.iterdir())
+                if path.suffix in (".mar", ".tgz") or path.name.endswith(".tar.gz")
+                or (path / "MAR-INF").is_dir()]  # fmt: skip
+    chosen = []
+    root = store.resolve()
+    for entry in entries:
+        name, _, file = entry.rpartition("=")
+        if "://" in file:
+            raise PropertiesError(
+                f"--models {entry}: archives are not fetched by URL; put it in the model store"
+            )
+        path = (store / file).resolve()
+        if not path.is_relative_to(root) or not path.exists():
+            raise PropertiesError(f"--models {entry}: no archive {file} in {store}")
+        chosen.append((name or None, path))
+    return chosen
+
+
+def _write_keys(directory: Path) -> str:
+    """TorchServe's key file (management, inference and API keys); the inference key."""
+    keys = {kind: secrets.token_urlsafe(12) for kind in ("management", "inference", "API")}
+    path = directory / KEY_FILE
+    path.write_text(json.dumps({kind: {"key": key} for kind, key in keys.items()}, indent=2))
+    path.chmod(0o600)
+    return keys["inference"]
+
+
+def _serve(args: argparse.Namespace, props: Properties) -> int:
+    from gateway.operation.log_settings import LogSettings
+    from gateway.run import run_gateway
+    from gateway.server import ServerOptions
+
+    store = args.model_store or props.model_store
+    if store is None or not store.is_dir():
+        raise PropertiesError("--model-store: give the directory that holds the archives")
+    work = Path(tempfile.mkdtemp(prefix="accel-gateway-torchserve-"))
+    try:
+        defaults = Defaults(workers=props.default_workers_per_model,
+                            job_queue_size=props.job_queue_size)  # fmt: skip
+        for name, archive in _models(args.models or props.load_models, store):
+            stored = add_archive(archive, work, defaults, name)
+            print(f"accel-gateway torchserve: model {stored.name} {stored.version} from "
+                  f"{archive.name}", file=sys.stderr)  # fmt: skip
+        token = None
+        if props.token_authorization and not args.disable_token_auth:
+            token = _write_keys(Path.cwd())
+            print(f"accel-gateway torchserve: token authorization on; keys in {KEY_FILE}",
+                  file=sys.stderr)  # fmt: skip
+        options = ServerOptions(
+            model_repository=work, host=props.host, http_port=props.v2_http_port,
+            grpc_port=props.v2_grpc_port, metrics_port=props.metrics_port,
+            torchserve_port=props.inference_port, torchserve_token=token,
+            max_body_bytes=props.max_request_size, log=LogSettings(),
+        )  # fmt: skip
+        return run_gateway(options, "accel-gateway torchserve")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if PID_FILE.exists() and PID_FILE.read_text().strip() == str(os.getpid()):
+            PID_FILE.unlink(missing_ok=True)
+
+
+def _start_in_background(argv: list[str], props: Properties) -> int:
+    if PID_FILE.exists():
+        raise PropertiesError(
+            f"a server started by accel-gateway torchserve is running (pid file {PID_FILE}); "
+            "stop it with --stop"
+        )
+    log_path = Path(tempfile.gettempdir()) / "accel-gateway-torchserve.log"
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "torchserve", *argv, "--foreground"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    PID_FILE.write_text(str(child.pid))
+    url = f"http://{props.host}:{props.inference_port}/ping"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            PID_FILE.unlink(missing_ok=True)
+            print(f"accel-gateway torchserve: the server exited; its log: {log_path}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    print(f"accel-gateway torchserve: started (pid {child.pid}, log {log_path})")
+                    return 0
+        except OSError:
+            pass
+        time.sleep(0.2)
+    print(f"accel-gateway torchserve: not answering {url} after {START_TIMEOUT_S:g} s; "
+          f"its log: {log_path}", file=sys.stderr)  # fmt: skip
+    return 1
+
+
+def _stop() -> int:
+    try:
+        pid = int(PID_FILE.read_text())
+    except (OSError, ValueError):
+        print("accel-gateway torchserve: no server started by it is running", file=sys.stderr)
+        return 1
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    PID_FILE.unlink(missing_ok=True)
+    print("accel-gateway torchserve: stopped")
+    return 0
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """`argv`: this command's own arguments (the background start repeats them)."""
+    for flag in UNSUPPORTED:
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
+            print(f"accel-gateway torchserve: {flag}: {UNSUPPORTED[flag]}", file=sys.stderr)
+            return 2
+    if args.stop:
+        return _stop()
+    if not args.start:
+        print("accel-gateway torchserve: give --start (or --stop)", file=sys.stderr)
+        return 2
+    try:
+        config = args.ts_config or (Path(os.environ["TS_CONFIG_FILE"])
+                                    if "TS_CONFIG_FILE" in os.environ else None)  # fmt: skip
+        props = read(config, os.environ)
+        if args.enable_model_api:
+            props.model_api = True
+        note = "TorchServe's inference API is served; its management and gRPC APIs are not yet"
+        print(f"accel-gateway torchserve: {note}", file=sys.stderr)
+        if args.foreground:
+            return _serve(args, props)
+        return _start_in_background([a for a in argv if a != "--foreground"], props)
+    except (PropertiesError, ValueError) as exc:
+        print(f"accel-gateway torchserve: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,158 @@
+"""TorchServe's config.properties, and what `accel-gateway torchserve` takes from it.
+
+The file is a Java properties file (`key=value` or `key: value`, `#` and `!` comments,
+a trailing backslash continuing a line). With `enable_envvars_config=true`, a `TS_<KEY>`
+environment variable (upper case) overrides the file's `<key>`, as in TorchServe.
+Keys this gateway does not act on are named in a warning, never dropped unsaid.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+# What the gateway acts on; the V2 ports are our own keys (TorchServe has no V2 front).
+KNOWN = {
+    "inference_address", "management_address", "metrics_address", "grpc_inference_port",
+    "grpc_management_port", "model_store", "load_models", "models",
+    "default_workers_per_model", "job_queue_size", "default_response_timeout",
+    "max_request_size", "max_response_size", "enable_envvars_config",
+    "disable_token_authorization", "enable_model_api", "allowed_urls", "number_of_gpu",
+    "v2_http_port", "v2_grpc_port",
+}  # fmt: skip
+
+
+class PropertiesError(ValueError):
+    """A config.properties value that cannot be used, named."""
+
+
+def parse(text: str) -> dict[str, str]:
+    """A Java properties file's keys and values (the escapes TorchServe's files use)."""
+    values: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        key, value = (line[:cut], line[cut + 1 :]) if cut >= 0 else (line, "")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _address(value: str, key: str) -> tuple[str, int]:
+    parts = urlsplit(value if "://" in value else f"http://{value}")
+    if parts.scheme != "http" or parts.port is None or not parts.hostname:
+        raise PropertiesError(
+            f"{key}={value}: expected http://HOST:PORT (HTTPS addresses are not served yet)"
+        )
+    return parts.hostname, parts.port
+
+
+def _integer(values: Mapping[str, str], key: str, default: int) -> int:
+    text = values.get(key)
+    if text is None:
+        return default
+    try:
+        number = int(text)
+    except ValueError:
+        raise PropertiesError(f"{key}={text}: expected a whole number") from None
+    if number < 0:
+        raise PropertiesError(f"{key}={text}: expected a number >= 0")
+    return number
+
+
+def _flag(values: Mapping[str, str], key: str) -> bool:
+    text = values.get(key, "false").lower()
+    if text not in ("true", "false"):
+        raise PropertiesError(f"{key}={values[key]}: expected true or false")
+    return text == "true"
+
+
+@dataclass
+class Properties:
+    host: str = "127.0.0.1"
+    inference_port: int = 8080
+    management_port: int = 8081
+    metrics_port: int = 8082
+    grpc_inference_port: int = 7070
+    grpc_management_port: int = 7071
+    v2_http_port: int = 8000
+    v2_grpc_port: int = 8001
+    model_store: Path | None = None
+    load_models: list[str] = field(default_factory=list)
+    models: dict[str, Any] = field(default_factory=dict)  # per model and version
+    default_workers_per_model: int = 1
+    job_queue_size: int = 100
+    max_request_size: int = 6553500  # TorchServe's default, bytes
+    token_authorization: bool = True
+    model_api: bool = False
+    allowed_urls: list[str] = field(default_factory=list)
+    number_of_gpu: int = 0
+
+
+def from_values(values: Mapping[str, str], environ: Mapping[str, str]) -> Properties:
+    values = dict(values)
+    if _flag(values, "enable_envvars_config"):
+        for key, value in environ.items():
+            if key.startswith("TS_"):
+                values[key[3:].lower()] = value
+    unknown = sorted(set(values) - KNOWN)
+    if unknown:
+        log.warning("config.properties: not acted on by accel-gateway: %s", ", ".join(unknown))
+    props = Properties()
+    host, props.inference_port = _address(
+        values.get("inference_address", "http://127.0.0.1:8080"), "inference_address"
+    )
+    props.host = host
+    for key, attribute in (("management_address", "management_port"),
+                           ("metrics_address", "metrics_port")):  # fmt: skip
+        if key in values:
+            other_host, port = _address(values[key], key)
+            if other_host != host:
+                raise PropertiesError(
+                    f"{key}={values[key]}: every address must be on {host} (inference_address)"
+                )
+            setattr(props, attribute, port)
+    props.grpc_inference_port = _integer(values, "grpc_inference_port", 7070)
+    props.grpc_management_port = _integer(values, "grpc_management_port", 7071)
+    props.v2_http_port = _integer(values, "v2_http_port", 8000)
+    props.v2_grpc_port = _integer(values, "v2_grpc_port", 8001)
+    if "model_store" in values:
+        props.model_store = Path(values["model_store"])
+    if values.get("load_models"):
+        props.load_models = [m.strip() for m in values["load_models"].split(",") if m.strip()]
+    if values.get("models"):
+        try:
+            props.models = json.loads(values["models"])
+        except ValueError as exc:
+            raise PropertiesError(f"models: not JSON ({exc})") from None
+    props.default_workers_per_model = _integer(values, "default_workers_per_model", 1) or 1
+    props.job_queue_size = _integer(values, "job_queue_size", 100)
+    props.max_request_size = _integer(values, "max_request_size", 6553500)
+    props.token_authorization = not _flag(values, "disable_token_authorization")
+    props.model_api = _flag(values, "enable_model_api")
+    props.allowed_urls = [u.strip() for u in values.get("allowed_urls", "").split(",") if u]
+    props.number_of_gpu = _integer(values, "number_of_gpu", 0)
+    return props
+
+
+def read(path: Path | None, environ: Mapping[str, str]) -> Properties:
+    if path is None:
+        return from_values({}, environ)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PropertiesError(f"--ts-config {path}: {exc.strerror}") from None
+    return from_values(parse(text), environ)

@@ -1,0 +1,124 @@
+"""`accel-gateway torchserve`: a TorchServe start script with one word changed, a real
+model store of torch-model-archiver archives, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("ts")
+
+from gateway.launch import free_ports  # noqa: E402
+from models.torchserve.archives import build_archive  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def torchserve(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    # TMPDIR: the pid file and the background server's log stay this test's own.
+    env = {**os.environ, "TMPDIR": str(cwd)}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "torchserve", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    store = tmp_path_factory.mktemp("model-store")
+    build_archive("function", store)
+    build_archive("function", store, name="other")
+    return store
+
+
+def write_config(directory: Path) -> tuple[int, int]:
+    inference, metrics, http, grpc = free_ports(4)
+    (directory / "config.properties").write_text(
+        f"inference_address=http://127.0.0.1:{inference}\n"
+        f"metrics_address=http://127.0.0.1:{metrics}\n"
+        f"v2_http_port={http}\nv2_grpc_port={grpc}\n"
+    )
+    return inference, http
+
+
+def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store, tmp_path):
+    inference, http = write_config(tmp_path)
+    started = torchserve(
+        "--start", "--ncs", "--model-store", str(store), "--models", "fn=function.mar",
+        "--ts-config", "config.properties", cwd=tmp_path,
+    )  # fmt: skip
+    assert started.returncode == 0, (
+        started.stderr + (tmp_path / "accel-gateway-torchserve.log").read_text()
+    )
+    try:
+        keys = json.loads((tmp_path / "key_file.json").read_text())
+        client = httpx.Client(base_url=f"http://127.0.0.1:{inference}", timeout=60)
+        assert client.get("/ping").json() == {"status": "Healthy"}
+        refused = client.post("/predictions/fn", content=b"hi")
+        assert refused.status_code == 400 and refused.json()["type"] == "InvalidKeyException"
+        bearer = {"Authorization": f"Bearer {keys['inference']['key']}"}
+        answered = client.post("/predictions/fn", content=b"hi", headers=bearer)
+        assert (answered.status_code, answered.text) == (200, "hi||1")
+        # Only the model named was served, under the name given; V2 sees it too.
+        assert client.post("/predictions/other", content=b"x", headers=bearer).status_code == 404
+        v2 = httpx.get(f"http://127.0.0.1:{http}/v2/models/fn/ready", timeout=10)
+        assert v2.status_code == 200
+    finally:
+        stopped = torchserve("--stop", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not (tmp_path / ".accel-gateway-torchserve.pid").exists()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{inference}/ping", timeout=5)
+
+
+def test_foreground_with_token_auth_disabled_serves_every_archive(store, tmp_path):
+    inference, _ = write_config(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "torchserve", "--start", "--foreground",
+         "--model-store", str(store), "--ts-config", "config.properties",
+         "--disable-token-auth"],
+        cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{inference}", timeout=60)
+        for _ in range(600):
+            try:
+                if client.get("/ping").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stdout.read().decode()
+            time.sleep(0.2)
+        for model in ("function", "other"):  # --models absent: every archive in the store
+            assert client.post(f"/predictions/{model}", content=b"a").status_code == 200
+        assert not (tmp_path / "key_file.json").exists()
+    finally:
+        process.terminate()
+        assert process.wait(60) == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--start", "--workflow-store", "wf"], "--workflow-store: TorchServe workflows"),
+        (["--start", "--model-store", "{store}", "--models", "x=../../etc/passwd"],
+         "no archive ../../etc/passwd"),
+        (["--start", "--model-store", "{store}", "--models", "https://example.com/m.mar"],
+         "not fetched by URL"),
+        (["--start", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        ([], "give --start"),
+    ],
+)  # fmt: skip
+def test_what_it_cannot_do_is_refused_by_name(store, tmp_path, args, message):
+    args = [a.replace("{store}", str(store)) for a in args]
+    result = torchserve(*args, "--foreground", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr
