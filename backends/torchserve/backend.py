@@ -11,8 +11,8 @@ out, through the frame format TorchServe's frontend uses (otf.py), read and writ
 Tensors: the input "body" (BYTES, one element a request: the request's body) and the
 outputs "response" (BYTES: the answer's bytes) and "response_info" (BYTES: JSON with the
 status, reason, content type and headers the handler set). A request's parameters may
-carry "content_type" (the body's), "headers" (JSON, a list of [name, value]) and
-"fields" (JSON, a list of [name, content type, value] for query or form fields).
+carry "content_type" (the body's Content-Type, whole: a form's boundary is in it) and
+"request_headers" (JSON, a list of [name, value]; tritonclient reserves "headers").
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import numpy as np
 
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device
-from backends.per_request import ALL, Failure, PerRequestBackend, RequestInfo
+from backends.per_request import Failure, PerRequestBackend, RequestInfo
 from backends.torchserve import otf
 from backends.torchserve.archive import read_manifest
+from backends.torchserve.forms import body_inputs
 
 BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"
 
@@ -93,41 +94,66 @@ class TorchServeBackend(PerRequestBackend):
         rows' answers back under "<index>:<name>"."""
         bodies = inputs[BODY].reshape(-1)
         requests: list[otf.TsRequest] = []
-        for rows, _names, parameters, request_id, *_ in infos:
-            for row in range(rows):
-                body = bodies[len(requests)]
-                requests.append(_request(body, parameters, request_id, row))
+        served: list[tuple[int, int]] = []  # (request index, rows) of those handed on
+        failures: list[Failure] = []
+        at = 0
+        for index, (rows, _names, parameters, request_id, *_) in enumerate(infos):
+            try:
+                mine = [_request(bodies[at + row], parameters, request_id, row)
+                        for row in range(rows)]  # fmt: skip
+            except _BadRequest as exc:  # this request fails; the batch's others run
+                failures.append((index, "InvalidArgument", str(exc)))
+            else:
+                requests += mine
+                served.append((index, rows))
+            at += rows
+        if not requests:
+            return {}, failures
         from ts.protocol.otf_message_handler import retrieve_msg
 
         _, batch = retrieve_msg(otf.Reader(otf.encode_predict(requests)))
         code, message, answers = otf.decode_predict_response(bytes(self.service.predict(batch)))
         if code != 200:
-            return {}, [(ALL, f"HandlerFailed:{code}", message)]
+            kind = f"HandlerFailed:{code}"
+            return {}, failures + [(index, kind, message) for index, _ in served]
         outputs: dict[str, np.ndarray] = {}
         at = 0
-        for index, (rows, names, *_) in enumerate(infos):
-            mine = answers[at : at + rows]
+        for index, rows in served:
+            names = infos[index][1]
+            answered = answers[at : at + rows]
             at += rows
             if RESPONSE in names:
-                outputs[f"{index}:{RESPONSE}"] = _column([a.body for a in mine])
+                outputs[f"{index}:{RESPONSE}"] = _column([a.body for a in answered])
             if RESPONSE_INFO in names:
-                outputs[f"{index}:{RESPONSE_INFO}"] = _column([_info(a) for a in mine])
-        return outputs, []
+                outputs[f"{index}:{RESPONSE_INFO}"] = _column([_info(a) for a in answered])
+        return outputs, failures
 
 
 def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -> otf.TsRequest:
     value = body if isinstance(body, bytes) else str(body).encode()
-    headers = json.loads(parameters.get("headers", "[]"))
-    fields = json.loads(parameters.get("fields", "[]"))
+    try:
+        headers = json.loads(parameters.get("request_headers", "[]"))
+        if not isinstance(headers, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+            for pair in headers
+        ):
+            raise ValueError(
+                'parameter "request_headers" must be JSON: a list of [name, value] strings'
+            )
+        pairs = [(name, header) for name, header in headers]
+        inputs = body_inputs(value, str(parameters.get("content_type", "")))
+    except (ValueError, TypeError) as exc:
+        raise _BadRequest(
+            f"the request's headers or body cannot be handed to the handler: {exc}"
+        ) from None
     name = request_id or str(uuid.uuid4())
     return otf.TsRequest(
-        request_id=name if row == 0 else f"{name}-{row}",
-        headers=[(str(k), str(v)) for k, v in headers],
-        inputs=[
-            *((str(n), str(t), str(v).encode()) for n, t, v in fields),
-            (BODY, str(parameters.get("content_type", "")), value),
-        ],
+        request_id=name if row == 0 else f"{name}-{row}", headers=pairs, inputs=inputs
     )
+
+
+class _BadRequest(ValueError):
+    """A request whose parameters or body cannot be handed to a handler."""
 
 
 def _info(answer: otf.TsAnswer) -> bytes:

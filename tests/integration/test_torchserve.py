@@ -12,6 +12,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 pytest.importorskip("ts")
 
@@ -105,26 +106,51 @@ def test_the_same_archive_serves_over_v2(served):
     assert answer["digit"] == int(reference_digits(images[:1])[0].argmax())
 
 
-def test_a_function_handler_sees_headers_and_query_and_sets_its_answer(served):
+def test_a_function_handler_sees_headers_and_form_fields_and_sets_its_answer(served):
+    # A form's fields arrive by name, as TorchServe's frontend hands them on (checked
+    # against TorchServe 0.12 itself: 201 Created, "HELLO|hi|1").
     reply = served.client.post(
-        "/predictions/function/1.0", params={"shout": "1"}, headers={"x-echo": "hi"},
-        content=b"hello",
+        "/predictions/function/1.0", data={"body": "hello", "shout": "1"},
+        headers={"x-echo": "hi"},
     )  # fmt: skip
     assert reply.status_code == 201
     assert reply.text == "HELLO|hi|1"
     assert reply.headers["content-type"] == "text/plain"
     assert reply.headers["x-model"] == "function"
+    assert reply.headers["cache-control"].startswith("no-cache") and reply.headers["x-request-id"]
     plain = served.client.put("/predictions/function", content=b"quiet")
     assert (plain.status_code, plain.text) == (200, "quiet||1")
+    upload = served.client.post("/predictions/function", files={"body": ("f.txt", b"file")})
+    assert (upload.status_code, upload.text) == (200, "file||1")
+    empty = served.client.get("/predictions/function")  # TorchServe takes GET too
+    assert (empty.status_code, empty.text) == (200, "||1")
+
+
+def test_v2_headers_that_are_not_pairs_are_a_400_naming_them(served):
+    client = httpclient.InferenceServerClient(served.server.http_url)
+    body = httpclient.InferInput("body", [1, 1], "BYTES")
+    body.set_data_from_numpy(np.array([[b"x"]], dtype=object))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("function", [body], parameters={"request_headers": '{"not": "pairs"}'})
+    assert raised.value.status() == "400"
+    assert 'parameter "request_headers"' in raised.value.message()
 
 
 def test_an_unknown_version_or_model_is_torchserves_404(served):
+    # As TorchServe 0.12 answers both.
     reply = served.client.post("/predictions/function/9.9", content=b"x")
     assert reply.status_code == 404
-    assert reply.json()["type"] == "ModelNotFoundException"
-    assert "9.9" in reply.json()["message"]
+    assert reply.json() == {
+        "code": 404, "type": "ModelVersionNotFoundException",
+        "message": "Model version: 9.9 does not exist for model: function",
+    }  # fmt: skip
     unknown = served.client.post("/predictions/nothing", content=b"x")
-    assert unknown.status_code == 404 and unknown.json()["code"] == 404
+    assert unknown.status_code == 404
+    assert unknown.json() == {
+        "code": 404,
+        "type": "ModelNotFoundException",
+        "message": "Model not found: nothing",
+    }
 
 
 def test_a_prediction_exception_answers_with_its_own_code_and_message(served):
@@ -143,6 +169,6 @@ def test_a_handler_that_breaks_fails_only_its_batch(served):
     assert (fine.status_code, fine.text) == (200, "ok")
 
 
-def test_a_get_on_predictions_is_refused_by_name(served):
-    reply = served.client.get("/predictions/digits")
+def test_a_delete_on_predictions_is_refused_by_name(served):
+    reply = served.client.delete("/predictions/digits")
     assert reply.status_code == 405 and reply.json()["type"] == "MethodNotAllowedException"

@@ -2,7 +2,7 @@
 
 - `GET /ping`: {"status": "Healthy"} (500 {"status": "Unhealthy"} before the server is up).
 - `POST` or `PUT /predictions/{model}[/{version}]`: the body, its content type, the request's
-  headers and its query fields go to the model's handler (a TorchServe archive's:
+  headers (a form body's fields by name) go to the model's handler (a TorchServe archive's:
   backends/torchserve/backend.py) as TorchServe's frontend sends them; the answer is
   the handler's bytes with the status, content type and headers it set.
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from urllib.parse import parse_qsl, unquote
+import uuid
+from urllib.parse import unquote
 
 import numpy as np
 import orjson
@@ -33,6 +34,15 @@ _TYPES = {
 }  # fmt: skip
 
 
+def common_headers() -> list[tuple[bytes, bytes]]:
+    """What TorchServe puts on every answer: a request id and no caching."""
+    return [
+        (b"x-request-id", str(uuid.uuid4()).encode()), (b"pragma", b"no-cache"),
+        (b"cache-control", b"no-cache; no-store, must-revalidate, private"),
+        (b"expires", b"Thu, 01 Jan 1970 00:00:00 UTC"),
+    ]  # fmt: skip
+
+
 async def ts_error(
     send: Send, status: int, message: str, retry_after_s: int | None = None,
     kind: str | None = None,
@@ -42,10 +52,18 @@ async def ts_error(
         {"code": status, "type": kind, "message": message},
         option=orjson.OPT_INDENT_2,
     )
-    headers = [(b"content-type", b"application/json")]
+    headers = [(b"content-type", b"application/json"), *common_headers()]
     if retry_after_s is not None:
         headers.append((b"retry-after", str(retry_after_s).encode()))
     await respond(send, status, body, headers)
+
+
+class VersionNotFound(NotFound):
+    """TorchServe answers an unknown version with a type of its own."""
+
+
+class ModelNotFound(NotFound):
+    """An unknown model, in TorchServe's words."""
 
 
 MODEL_VERSION = "torchserve_model_version"  # gateway/tools/torchserve/store.py's parameter
@@ -73,7 +91,7 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
             return version
         if config.parameters[MODEL_VERSION].string_value == version:
             return ""
-        raise NotFound(f"Model version {version} does not exist for model {name}")
+        raise VersionNotFound(f"Model version: {version} does not exist for model: {name}")
 
     async def predict(scope: Scope, receive: Receive, send: Send, name: str, version: str):
         core.shedder.check()
@@ -81,24 +99,26 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
         declared = dict(headers).get(b"content-length")
         body = await read_body(receive, declared, max_body_bytes)
         content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
-        fields = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
         data = np.empty((1, 1), dtype=object)
         data[0, 0] = body
         request = InferRequest(
             model_name=name,
             model_version=await resolve_version(name, version),
             parameters={
-                # TorchServe's frontend passes the media type without its parameters.
-                "content_type": content_type.split(";")[0].strip(),
-                "headers": json.dumps(
+                # Whole, with its parameters: a form's boundary is one of them (the
+                # backend makes the inputs of the body as TorchServe's frontend does).
+                "content_type": content_type,
+                "request_headers": json.dumps(
                     [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
                 ),
-                "fields": json.dumps([(k, "", v) for k, v in fields]),
-            },  # fmt: skip
+            },
             inputs=[Tensor(BODY, "BYTES", data)],
             outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
         )
-        response = await core.infer(request)
+        try:
+            response = await core.infer(request)
+        except NotFound:
+            raise ModelNotFound(f"Model not found: {name}") from None
         produced = {t.name: t.data for t in response.outputs}
         if RESPONSE not in produced or RESPONSE_INFO not in produced:
             raise InvalidArgument(
@@ -113,6 +133,7 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
         if info["content_type"] and "content-type" not in set_headers:
             set_headers["content-type"] = info["content_type"]
         reply = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in set_headers.items()]
+        reply += common_headers()
         await respond(send, info["status"], bytes(answer), reply)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -135,8 +156,8 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
                 )
                 await ts_error(send, 400, message, kind="InvalidKeyException")
             elif parts[0] == "predictions" and 2 <= len(parts) <= 3:
-                if method not in ("POST", "PUT"):
-                    await ts_error(send, 405, f"{method} is not allowed; predictions take POST")
+                if method not in ("GET", "POST", "PUT"):  # TorchServe takes all three
+                    await ts_error(send, 405, f"{method} is not allowed on predictions")
                     return
                 name = unquote(parts[1])
                 version = unquote(parts[2]) if len(parts) == 3 else ""
@@ -147,6 +168,8 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
                 )
         except HandlerFailed as exc:
             await ts_error(send, exc.http_status, exc.detail)
+        except VersionNotFound as exc:
+            await ts_error(send, 404, exc.message, kind="ModelVersionNotFoundException")
         except GatewayError as exc:
             await ts_error(send, exc.http_status, exc.message, exc.retry_after_s)
         except Exception as exc:
