@@ -217,6 +217,15 @@ async def closed_loop(
     connection: type = _Connection,
 ) -> float:  # fmt: skip
     """Answers a second (2xx only) with `connections` clients that each wait for the last."""
+    rate, _ = await closed_loop_latencies(host, port, request, connections, seconds, connection)
+    return rate
+
+
+async def closed_loop_latencies(
+    host: str, port: int, request: bytes, connections: int, seconds: float,
+    connection: type = _Connection,
+) -> tuple[float, list[float]]:  # fmt: skip
+    """closed_loop's answers a second, and the seconds each 2xx answer took."""
     generator = _Generator(host, port, request, connection=connection)
     tasks: set[asyncio.Task] = set()
     outcomes: list[Outcome] = []
@@ -231,7 +240,8 @@ async def closed_loop(
         await asyncio.sleep(0)
     elapsed = time.monotonic() - start
     generator.close()
-    return sum(1 for o in outcomes if o.status == 200) / elapsed
+    answered = [o.latency_s for o in outcomes if o.status == 200 and o.latency_s is not None]
+    return len(answered) / elapsed, answered
 
 
 def http_request(host: str, port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes:
