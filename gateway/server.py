@@ -71,6 +71,9 @@ class ServerOptions:
     torchserve_port: int | None = None
     # The key its clients must send (Authorization: Bearer); None: none asked for.
     torchserve_token: str | None = None
+    # Where the side fronts (SageMaker, TorchServe) listen, when not on `host`:
+    # `accel-gateway torchserve` keeps V2 on loopback and TorchServe's API where asked.
+    side_host: str | None = None
     # TLS on the HTTP, gRPC and metrics ports (SageMaker's stays plain HTTP); None: off.
     tls: TLSFiles | None = None
     # Management without the admin token on a non-loopback address, only when asked for.
@@ -156,7 +159,7 @@ class Gateway:
         self.listeners: Listeners | None = None  # HTTP and gRPC, when this process serves them
         self.fronts: FrontSupervisor | None = None  # else the front processes that do
         self.metrics: Any = None
-        self.side = SideServers(side_fronts(options), options.host)
+        self.side = SideServers(side_fronts(options), options.side_host or options.host)
 
     async def start(self) -> None:
         options = self.options
@@ -294,6 +297,9 @@ class Gateway:
 
     async def run(self) -> None:
         """Serve until SIGINT or SIGTERM, which may also come while the startup models load."""
+        # Settings that must not start a server fail here, before the exit watchdog below
+        # exists: in a process that goes on (a test, an embedding program) it would end it.
+        self.options.check()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

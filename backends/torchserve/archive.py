@@ -15,6 +15,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -133,6 +134,11 @@ def unpack(source: Path, destination: Path, max_bytes: int = DEFAULT_MAX_BYTES) 
         else:
             raise ArchiveError(f"{source.name} is neither a .mar (zip), a .tar.gz nor a directory")
         return _root(destination)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        shutil.rmtree(destination, ignore_errors=True)
+        raise ArchiveError(
+            f"{source.name} cannot be read ({exc}); rebuild it with torch-model-archiver"
+        ) from None
     except BaseException:
         shutil.rmtree(destination, ignore_errors=True)
         raise

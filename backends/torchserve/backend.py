@@ -36,13 +36,19 @@ from backends.torchserve.forms import body_inputs
 BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"
 
 
+MAX_MESSAGE_CHARS = 512  # a handler's message, per request: the reply must fit a message
+
+
 class _NoStreaming:
     """`context.cl_socket`: where a handler's intermediate answers would go."""
 
     def sendall(self, data: bytes) -> None:
-        raise RuntimeError(
+        from ts.utils.util import PredictionException  # its message reaches the client
+
+        raise PredictionException(
             "this handler streams intermediate responses (send_intermediate_predict_response), "
-            "which the gateway does not serve yet; return one answer per request"
+            "which the gateway does not serve yet; return one answer per request",
+            501,
         )
 
 
@@ -114,7 +120,7 @@ class TorchServeBackend(PerRequestBackend):
         _, batch = retrieve_msg(otf.Reader(otf.encode_predict(requests)))
         code, message, answers = otf.decode_predict_response(bytes(self.service.predict(batch)))
         if code != 200:
-            kind = f"HandlerFailed:{code}"
+            kind, message = f"HandlerFailed:{code}", message[:MAX_MESSAGE_CHARS]
             return {}, failures + [(index, kind, message) for index, _ in served]
         outputs: dict[str, np.ndarray] = {}
         at = 0
@@ -141,8 +147,10 @@ def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -
                 'parameter "request_headers" must be JSON: a list of [name, value] strings'
             )
         pairs = [(name, header) for name, header in headers]
+        for name, header in pairs:  # as otf.py will encode them: a bad one fails here
+            (name + header).encode()
         inputs = body_inputs(value, str(parameters.get("content_type", "")))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnicodeError) as exc:
         raise _BadRequest(
             f"the request's headers or body cannot be handed to the handler: {exc}"
         ) from None

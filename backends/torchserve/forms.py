@@ -18,8 +18,10 @@ def media_type(content_type: str) -> str:
 def body_inputs(body: bytes, content_type: str) -> list[Input]:
     kind = media_type(content_type)
     if kind == "application/x-www-form-urlencoded":
-        fields = parse_qsl(body.decode("latin-1"), keep_blank_values=True)
-        return [(name, "", value.encode("latin-1")) for name, value in fields]
+        # UTF-8 as Netty decodes a form; bytes that are not UTF-8 come back as they were.
+        text = body.decode("utf-8", "surrogateescape")
+        fields = parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="surrogateescape")
+        return [(name, "", value.encode("utf-8", "surrogateescape")) for name, value in fields]
     if kind == "multipart/form-data":
         return _multipart(body, content_type)
     return [("body", kind if content_type else "", body)]

@@ -50,7 +50,8 @@ def encode_predict(requests: list[TsRequest]) -> bytes:
     for request in requests:
         parts.append(_field(request.request_id.encode()))
         for name, value in request.headers:
-            parts += (_field(name.encode("latin-1")), _field(value.encode("latin-1")))
+            # UTF-8, as TorchServe's frontend encodes them.
+            parts += (_field(name.encode()), _field(value.encode()))
         parts.append(END)
         for name, content_type, value in request.inputs:
             parts += (_field(name.encode()), _field(content_type.encode()), _field(value))

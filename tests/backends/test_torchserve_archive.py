@@ -108,3 +108,12 @@ def test_a_model_config_outside_the_archive_is_refused(tmp_path):
     root = unpack(write_zip(tmp_path / "m.mar", members), tmp_path / "out")
     with pytest.raises(ArchiveError, match="would leave"):
         read_model_config(root, read_manifest(root))
+
+
+def test_a_truncated_archive_says_it_cannot_be_read(tmp_path):
+    whole = write_tar(tmp_path / "whole.tar.gz", base_members()).read_bytes()
+    cut = tmp_path / "m.tar.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ArchiveError, match="cannot be read.*torch-model-archiver"):
+        unpack(cut, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -20,6 +20,12 @@ def test_a_urlencoded_form_is_its_fields():
     ]  # fmt: skip
 
 
+def test_a_urlencoded_form_is_utf8_as_netty_reads_it():
+    assert body_inputs(b"n%C3%A9=%E2%82%AC", "application/x-www-form-urlencoded") == [
+        ("né", "", "€".encode())
+    ]
+
+
 def test_a_multipart_form_keeps_a_file_parts_content_type():
     body = (
         b'--XX\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n'

@@ -169,6 +169,12 @@ def test_a_handler_that_breaks_fails_only_its_batch(served):
     assert (fine.status_code, fine.text) == (200, "ok")
 
 
+def test_headers_over_8_kib_are_refused_with_a_400_naming_them(served):
+    reply = served.client.post("/predictions/function", content=b"x",
+                               headers={"x-big": "a" * 9000})  # fmt: skip
+    assert reply.status_code == 400 and "headers come to" in reply.json()["message"]
+
+
 def test_a_delete_on_predictions_is_refused_by_name(served):
     reply = served.client.delete("/predictions/digits")
     assert reply.status_code == 405 and reply.json()["type"] == "MethodNotAllowedException"

@@ -63,6 +63,11 @@ def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store
         assert client.get("/ping").json() == {"status": "Healthy"}
         refused = client.post("/predictions/fn", content=b"hi")
         assert refused.status_code == 400 and refused.json()["type"] == "InvalidKeyException"
+        odd = client.post(
+            "/predictions/fn", content=b"hi", headers={"Authorization": b"Bearer \xe9"}
+        )
+        assert odd.status_code == 400 and odd.json()["type"] == "InvalidKeyException"
+        assert (tmp_path / "key_file.json").stat().st_mode & 0o077 == 0  # its owner's only
         bearer = {"Authorization": f"Bearer {keys['inference']['key']}"}
         answered = client.post("/predictions/fn", content=b"hi", headers=bearer)
         assert (answered.status_code, answered.text) == (200, "hi||1")

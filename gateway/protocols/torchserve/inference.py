@@ -34,10 +34,10 @@ _TYPES = {
 }  # fmt: skip
 
 
-def common_headers() -> list[tuple[bytes, bytes]]:
-    """What TorchServe puts on every answer: a request id and no caching."""
+def common_headers(request_id: str = "") -> list[tuple[bytes, bytes]]:
+    """What TorchServe puts on every answer: the request's id and no caching."""
     return [
-        (b"x-request-id", str(uuid.uuid4()).encode()), (b"pragma", b"no-cache"),
+        (b"x-request-id", (request_id or str(uuid.uuid4())).encode()), (b"pragma", b"no-cache"),
         (b"cache-control", b"no-cache; no-store, must-revalidate, private"),
         (b"expires", b"Thu, 01 Jan 1970 00:00:00 UTC"),
     ]  # fmt: skip
@@ -66,6 +66,7 @@ class ModelNotFound(NotFound):
     """An unknown model, in TorchServe's words."""
 
 
+MAX_HEADER_BYTES = 8192
 MODEL_VERSION = "torchserve_model_version"  # gateway/tools/torchserve/store.py's parameter
 
 
@@ -73,9 +74,9 @@ def authorized(scope: Scope, token: str | None) -> bool:
     """TorchServe's token authorization: `Authorization: Bearer <the inference key>`."""
     if token is None:
         return True
-    given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-    scheme, _, key = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip(), token)
+    given = dict(scope["headers"]).get(b"authorization", b"")
+    scheme, _, key = given.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), token.encode())
 
 
 def create_inference_app(core: Core, max_body_bytes: int, token: str | None = None) -> ASGIApp:
@@ -99,24 +100,33 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
         declared = dict(headers).get(b"content-length")
         body = await read_body(receive, declared, max_body_bytes)
         content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
+        request_headers = json.dumps(
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+        )
+        if len(request_headers) > MAX_HEADER_BYTES:  # they travel with the batch
+            raise InvalidArgument(
+                f"the request's headers come to {len(request_headers)} bytes, over "
+                f"{MAX_HEADER_BYTES} (TorchServe's frontend allows 8 KiB); send fewer"
+            )
         data = np.empty((1, 1), dtype=object)
         data[0, 0] = body
-        request = InferRequest(
-            model_name=name,
-            model_version=await resolve_version(name, version),
-            parameters={
-                # Whole, with its parameters: a form's boundary is one of them (the
-                # backend makes the inputs of the body as TorchServe's frontend does).
-                "content_type": content_type,
-                "request_headers": json.dumps(
-                    [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
-                ),
-            },
-            inputs=[Tensor(BODY, "BYTES", data)],
-            outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
-        )
         try:
+            request = InferRequest(
+                model_name=name,
+                model_version=await resolve_version(name, version),
+                id=str(uuid.uuid4()),  # the handler's request id and x-request-id
+                parameters={
+                    # Whole, with its parameters: a form's boundary is one of them (the
+                    # backend makes the inputs of the body as TorchServe's frontend does).
+                    "content_type": content_type,
+                    "request_headers": request_headers,
+                },
+                inputs=[Tensor(BODY, "BYTES", data)],
+                outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
+            )
             response = await core.infer(request)
+        except VersionNotFound:
+            raise
         except NotFound:
             raise ModelNotFound(f"Model not found: {name}") from None
         produced = {t.name: t.data for t in response.outputs}
@@ -132,8 +142,9 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
         set_headers = {k.lower(): v for k, v in info["headers"].items()}
         if info["content_type"] and "content-type" not in set_headers:
             set_headers["content-type"] = info["content_type"]
-        reply = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in set_headers.items()]
-        reply += common_headers()
+        reply = [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace"))
+                 for k, v in set_headers.items()]  # fmt: skip
+        reply += common_headers(request.id)
         await respond(send, info["status"], bytes(answer), reply)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -166,8 +177,8 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
                 await ts_error(
                     send, 404, "Requested resource is not found, please refer to API document."
                 )
-        except HandlerFailed as exc:
-            await ts_error(send, exc.http_status, exc.detail)
+        except HandlerFailed as exc:  # TorchServe names every handler failure so
+            await ts_error(send, exc.http_status, exc.detail, kind="InternalServerException")
         except VersionNotFound as exc:
             await ts_error(send, 404, exc.message, kind="ModelVersionNotFoundException")
         except GatewayError as exc:

@@ -35,7 +35,7 @@ from pathlib import Path
 from gateway.tools.torchserve.properties import Properties, PropertiesError, read
 from gateway.tools.torchserve.store import Defaults, add_archive
 
-PID_FILE = Path(tempfile.gettempdir()) / ".accel-gateway-torchserve.pid"
+PID_FILE = Path(tempfile.gettempdir()) / f".accel-gateway-torchserve-{os.getuid()}.pid"
 KEY_FILE = "key_file.json"
 START_TIMEOUT_S = 300.0
 # TorchServe flags that take a value and that this gateway does not serve: refused by name.
@@ -96,9 +96,13 @@ def _models(entries: list[str], store: Path) -> list[tuple[str | None, Path]]:
 def _write_keys(directory: Path) -> str:
     """TorchServe's key file (management, inference and API keys); the inference key."""
     keys = {kind: secrets.token_urlsafe(12) for kind in ("management", "inference", "API")}
-    path = directory / KEY_FILE
-    path.write_text(json.dumps({kind: {"key": key} for kind, key in keys.items()}, indent=2))
-    path.chmod(0o600)
+    text = json.dumps({kind: {"key": key} for kind, key in keys.items()}, indent=2)
+    # Readable by its owner only from its first byte, and never through a link.
+    fd = os.open(directory / KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                 0o600)  # fmt: skip
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(fd, 0o600)
+        file.write(text)
     return keys["inference"]
 
 
@@ -123,8 +127,11 @@ def _serve(args: argparse.Namespace, props: Properties) -> int:
             token = _write_keys(Path.cwd())
             print(f"accel-gateway torchserve: token authorization on; keys in {KEY_FILE}",
                   file=sys.stderr)  # fmt: skip
+        # V2 has no token authorization: on loopback, unless config.properties names its
+        # host (v2_address), so that the inference key cannot be gone around.
         options = ServerOptions(
-            model_repository=work, host=props.host, http_port=props.v2_http_port,
+            model_repository=work, host=props.v2_host, side_host=props.host,
+            http_port=props.v2_http_port,
             grpc_port=props.v2_grpc_port, metrics_port=props.metrics_port,
             torchserve_port=props.inference_port, torchserve_token=token,
             max_body_bytes=props.max_request_size, log=LogSettings(),
@@ -136,19 +143,39 @@ def _serve(args: argparse.Namespace, props: Properties) -> int:
             PID_FILE.unlink(missing_ok=True)
 
 
+def _running_pid() -> int | None:
+    """The pid in the pid file when that process is ours and alive; a stale file goes."""
+    try:
+        pid = int(PID_FILE.read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        PID_FILE.unlink(missing_ok=True)
+        return None
+    if b"gateway\0torchserve" not in command:  # the pid went to another process
+        PID_FILE.unlink(missing_ok=True)
+        return None
+    return pid
+
+
 def _start_in_background(argv: list[str], props: Properties) -> int:
-    if PID_FILE.exists():
+    running = _running_pid()
+    if running is not None:
         raise PropertiesError(
-            f"a server started by accel-gateway torchserve is running (pid file {PID_FILE}); "
+            f"a server started by accel-gateway torchserve is running (pid {running}); "
             "stop it with --stop"
         )
+    try:  # claimed before the child starts: two starts at once cannot both run
+        claim = os.open(PID_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise PropertiesError(f"another start holds {PID_FILE}; try again") from None
     log_path = Path(tempfile.gettempdir()) / "accel-gateway-torchserve.log"
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "gateway", "torchserve", *argv, "--foreground"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-    PID_FILE.write_text(str(child.pid))
+    with os.fdopen(claim, "w") as file:
+        file.write(str(child.pid))
     url = f"http://{props.host}:{props.inference_port}/ping"
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -171,23 +198,21 @@ def _start_in_background(argv: list[str], props: Properties) -> int:
 
 
 def _stop() -> int:
-    try:
-        pid = int(PID_FILE.read_text())
-    except (OSError, ValueError):
+    pid = _running_pid()
+    if pid is None:
         print("accel-gateway torchserve: no server started by it is running", file=sys.stderr)
         return 1
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
+        if not Path(f"/proc/{pid}").exists():
+            PID_FILE.unlink(missing_ok=True)
+            print("accel-gateway torchserve: stopped")
+            return 0
         time.sleep(0.2)
-    PID_FILE.unlink(missing_ok=True)
-    print("accel-gateway torchserve: stopped")
-    return 0
+    print(f"accel-gateway torchserve: pid {pid} still runs 60 s after SIGTERM", file=sys.stderr)
+    return 1
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:

@@ -20,12 +20,10 @@ log = logging.getLogger(__name__)
 
 # What the gateway acts on; the V2 ports are our own keys (TorchServe has no V2 front).
 KNOWN = {
-    "inference_address", "management_address", "metrics_address", "grpc_inference_port",
-    "grpc_management_port", "model_store", "load_models", "models",
-    "default_workers_per_model", "job_queue_size", "default_response_timeout",
-    "max_request_size", "max_response_size", "enable_envvars_config",
-    "disable_token_authorization", "enable_model_api", "allowed_urls", "number_of_gpu",
-    "v2_http_port", "v2_grpc_port",
+    "inference_address", "metrics_address", "model_store", "load_models",
+    "default_workers_per_model", "job_queue_size", "max_request_size",
+    "enable_envvars_config", "disable_token_authorization", "v2_address", "v2_http_port",
+    "v2_grpc_port",
 }  # fmt: skip
 
 
@@ -88,6 +86,7 @@ class Properties:
     metrics_port: int = 8082
     grpc_inference_port: int = 7070
     grpc_management_port: int = 7071
+    v2_host: str = "127.0.0.1"  # V2 and metrics (our own key v2_address: a host)
     v2_http_port: int = 8000
     v2_grpc_port: int = 8001
     model_store: Path | None = None
@@ -127,6 +126,7 @@ def from_values(values: Mapping[str, str], environ: Mapping[str, str]) -> Proper
             setattr(props, attribute, port)
     props.grpc_inference_port = _integer(values, "grpc_inference_port", 7070)
     props.grpc_management_port = _integer(values, "grpc_management_port", 7071)
+    props.v2_host = values.get("v2_address", "127.0.0.1").strip() or "127.0.0.1"
     props.v2_http_port = _integer(values, "v2_http_port", 8000)
     props.v2_grpc_port = _integer(values, "v2_grpc_port", 8001)
     if "model_store" in values:
