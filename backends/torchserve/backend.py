@@ -18,6 +18,7 @@ carry "content_type" (the body's Content-Type, whole: a form's boundary is in it
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import uuid
@@ -52,6 +53,25 @@ class _NoStreaming:
         )
 
 
+class _NotEachBatch(logging.Filter):
+    """ts's reader logs "Backend received inference at: <time>" on the root logger for
+    every batch; its warnings and errors stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or record.module != "otf_message_handler"
+
+
+def _quiet_ts_logging() -> None:
+    """Three INFO lines a batch from `ts` would flood the gateway's log: its metric lines
+    ([METRICS], which TorchServe's frontend parses; the gateway keeps its own metrics) and
+    the reader's. Warnings and errors (a handler's failure) still come through."""
+    for name in ("ts.metrics.caching_metric", "ts.service"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    root = logging.getLogger()
+    if not any(isinstance(f, _NotEachBatch) for f in root.filters):
+        root.addFilter(_NotEachBatch())
+
+
 class TorchServeBackend(PerRequestBackend):
     def __init__(self, artifact: Path, config: mc.ModelConfig, device: Device) -> None:
         super().__init__(artifact, config, device)
@@ -63,6 +83,7 @@ class TorchServeBackend(PerRequestBackend):
                 f"model '{config.name}' is a TorchServe archive: install TorchServe's Python "
                 f"package (pip install 'accel-gateway[torchserve]'): {exc}"
             ) from None
+        _quiet_ts_logging()
         self.manifest = read_manifest(artifact)
         # As TorchServe's worker: the archive's directory first on the path (the handler
         # imports its neighbours) and the working directory (handlers open files there).

@@ -32,6 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gateway.arguments import distinct_ports
 from gateway.tools.torchserve.properties import Properties, PropertiesError, read
 from gateway.tools.torchserve.store import Defaults, add_archive
 
@@ -127,6 +128,10 @@ def _serve(args: argparse.Namespace, props: Properties) -> int:
             token = _write_keys(Path.cwd())
             print(f"accel-gateway torchserve: token authorization on; keys in {KEY_FILE}",
                   file=sys.stderr)  # fmt: skip
+        distinct_ports({
+            "inference_address": props.inference_port, "metrics_address": props.metrics_port,
+            "v2_http_port": props.v2_http_port, "v2_grpc_port": props.v2_grpc_port,
+        })  # fmt: skip
         # V2 has no token authorization: on loopback, unless config.properties names its
         # host (v2_address), so that the inference key cannot be gone around.
         options = ServerOptions(

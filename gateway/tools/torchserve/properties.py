@@ -115,15 +115,8 @@ def from_values(values: Mapping[str, str], environ: Mapping[str, str]) -> Proper
         values.get("inference_address", "http://127.0.0.1:8080"), "inference_address"
     )
     props.host = host
-    for key, attribute in (("management_address", "management_port"),
-                           ("metrics_address", "metrics_port")):  # fmt: skip
-        if key in values:
-            other_host, port = _address(values[key], key)
-            if other_host != host:
-                raise PropertiesError(
-                    f"{key}={values[key]}: every address must be on {host} (inference_address)"
-                )
-            setattr(props, attribute, port)
+    if "metrics_address" in values:  # its port: the metrics listen with V2 (v2_address)
+        props.metrics_port = _address(values["metrics_address"], "metrics_address")[1]
     props.grpc_inference_port = _integer(values, "grpc_inference_port", 7070)
     props.grpc_management_port = _integer(values, "grpc_management_port", 7071)
     props.v2_host = values.get("v2_address", "127.0.0.1").strip() or "127.0.0.1"

@@ -24,7 +24,7 @@ load_models=a.mar,\\
     assert values["management_address"] == "http://0.0.0.0:9081"
     assert values["load_models"] == "a.mar,b.mar"
     props = from_values(values, {})
-    assert (props.host, props.inference_port, props.management_port) == ("0.0.0.0", 9080, 9081)
+    assert (props.host, props.inference_port) == ("0.0.0.0", 9080)
     assert props.load_models == ["a.mar", "b.mar"]
     assert props.models == {"m": {"1.0": {"batchSize": 4}}}
 
@@ -51,7 +51,7 @@ def test_environment_overrides_only_when_enabled():
         ({"job_queue_size": "many"}, "job_queue_size"),
         ({"disable_token_authorization": "yes"}, "disable_token_authorization"),
         ({"models": "{not json"}, "models"),
-        ({"metrics_address": "http://10.0.0.1:8082"}, "metrics_address"),
+        ({"metrics_address": "https://10.0.0.1:8082"}, "metrics_address"),
     ],
 )
 def test_bad_values_are_refused_by_name(values, named):
