@@ -48,9 +48,11 @@ async def ts_error(
     kind: str | None = None,
 ) -> None:  # fmt: skip
     kind = kind or _TYPES.get(status, "InternalServerException")
-    body = orjson.dumps(
-        {"code": status, "type": kind, "message": message},
-        option=orjson.OPT_INDENT_2,
+    body = (
+        orjson.dumps(  # indented, and a newline after: TorchServe's bytes
+            {"code": status, "type": kind, "message": message}, option=orjson.OPT_INDENT_2
+        )
+        + b"\n"
     )
     headers = [(b"content-type", b"application/json"), *common_headers()]
     if retry_after_s is not None:
@@ -154,8 +156,12 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
         try:
             if parts == ["ping"] and method == "GET":
                 healthy = core.ready()
-                body = orjson.dumps(
-                    {"status": "Healthy" if healthy else "Unhealthy"}, option=orjson.OPT_INDENT_2
+                body = (
+                    orjson.dumps(
+                        {"status": "Healthy" if healthy else "Unhealthy"},
+                        option=orjson.OPT_INDENT_2,
+                    )
+                    + b"\n"
                 )
                 await respond(
                     send, 200 if healthy else 500, body, [(b"content-type", b"application/json")]
