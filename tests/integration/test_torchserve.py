@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,6 +18,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 pytest.importorskip("ts")
+
+from test_workers import workers_of  # noqa: E402
 
 from gateway.launch import GatewayProcess, free_ports, start_gateway  # noqa: E402
 from gateway.tools.torchserve.store import Defaults, add_archive  # noqa: E402
@@ -185,3 +190,35 @@ def test_headers_over_8_kib_are_refused_with_a_400_naming_them(served):
 def test_a_delete_on_predictions_is_refused_by_name(served):
     reply = served.client.delete("/predictions/digits")
     assert reply.status_code == 405 and reply.json()["type"] == "MethodNotAllowedException"
+
+
+def test_a_worker_killed_under_load_fails_only_what_it_held_and_comes_back(tmp_path):
+    store, repository = tmp_path / "store", tmp_path / "repository"
+    repository.mkdir()
+    add_archive(build_archive("function", store), repository, Defaults())
+    *ports, torchserve_port = free_ports(4)
+    server = start_gateway(
+        repository, "--torchserve-port", str(torchserve_port), log_path=tmp_path / "log",
+        ports=tuple(ports), timeout_s=180,
+    )  # fmt: skip
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{torchserve_port}", timeout=60)
+        worker = next(pid for name, pid in workers_of(server).items() if "function" in name)
+
+        def call(index: int) -> int:
+            if index == 20:
+                os.kill(worker, signal.SIGKILL)
+            return client.post("/predictions/function", content=b"x").status_code
+
+        with ThreadPoolExecutor(4) as pool:  # every call answered: none waits out 60 s
+            statuses = list(pool.map(call, range(60)))
+        assert set(statuses) <= {200, 500, 503}, statuses
+        assert statuses.count(200) >= 20  # the calls before the kill at least
+        # The worker restarts and the model answers again.
+        deadline = time.monotonic() + 120
+        while client.post("/predictions/function", content=b"y").status_code != 200:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.5)
+        assert workers_of(server) and worker not in workers_of(server).values()
+    finally:
+        assert server.stop() == 0, server.log()
