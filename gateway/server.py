@@ -228,21 +228,12 @@ class Gateway:
                 if options.tls.client_ca
                 else "not asked for",
             )
-        if options.torchserve_port is not None:
-            log.info(
-                "TorchServe's inference API (/ping, /predictions) on %s:%d",
-                options.host, options.torchserve_port,
-            )  # fmt: skip
-        if options.sagemaker_port is not None:
-            log.info(
-                "SageMaker /ping and /invocations on %s:%d", options.host, options.sagemaker_port
+        if options.sagemaker_port is not None and options.tls is not None:
+            log.warning(
+                "the SageMaker port %d serves plain HTTP: SageMaker's platform calls "
+                "the container over HTTP and terminates TLS itself",
+                options.sagemaker_port,
             )
-            if options.tls is not None:
-                log.warning(
-                    "the SageMaker port %d serves plain HTTP: SageMaker's platform calls "
-                    "the container over HTTP and terminates TLS itself",
-                    options.sagemaker_port,
-                )
 
     async def _poll(self) -> None:
         while True:

@@ -6,6 +6,7 @@ ports before anything starts and stopped with them."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,10 +17,13 @@ from gateway.listeners import listen, uvicorn_server
 from gateway.protocols.http.sagemaker import create_sagemaker_app
 from gateway.protocols.torchserve.inference import create_inference_app
 
+log = logging.getLogger("accel_gateway")
+
 
 @dataclass(frozen=True)
 class SideFront:
     name: str  # in errors and logs
+    serves: str  # what it serves, for the start's log line
     port: int
     make_app: Callable[[Core, Any], Any]  # (core, ServerOptions) -> ASGI app
 
@@ -29,12 +33,12 @@ def side_fronts(options: Any) -> list[SideFront]:
     fronts = []
     if options.sagemaker_port is not None:
         fronts.append(SideFront(
-            "SageMaker", options.sagemaker_port,
+            "SageMaker", "/ping and /invocations", options.sagemaker_port,
             lambda core, o: create_sagemaker_app(core, o.max_body_bytes),
         ))  # fmt: skip
     if options.torchserve_port is not None:
         fronts.append(SideFront(
-            "TorchServe inference", options.torchserve_port,
+            "TorchServe inference", "API (/ping, /predictions)", options.torchserve_port,
             lambda core, o: create_inference_app(core, o.max_body_bytes, o.torchserve_token),
         ))  # fmt: skip
     return fronts
@@ -69,6 +73,7 @@ class SideServers:
             server = uvicorn_server(front.make_app(core, options), options.limits)
             self.servers.append(server)
             self.tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
+            log.info("%s %s on %s:%d", front.name, front.serves, self.host, front.port)
 
     def stop(self, remaining_s: float) -> None:
         for server in self.servers:

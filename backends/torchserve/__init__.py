@@ -2,4 +2,11 @@
 
 archive.py unpacks an archive safely; otf.py speaks the frame format TorchServe's frontend
 and its Python worker exchange, so that `ts` decodes each request and encodes each answer
-exactly as it does under TorchServe; backend.py runs a handler on a batch."""
+exactly as it does under TorchServe; backend.py runs a handler on a batch.
+
+The names below are the contract an archive's model keeps with the gateway: the config
+gateway/tools/torchserve/store.py writes, this backend, and TorchServe's front
+(gateway/protocols/torchserve) all use them."""
+
+BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"  # its tensors
+MODEL_VERSION = "torchserve_model_version"  # a config parameter: the archive's modelVersion

@@ -30,12 +30,9 @@ import numpy as np
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device
 from backends.per_request import Failure, PerRequestBackend, RequestInfo
-from backends.torchserve import otf
+from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO, otf
 from backends.torchserve.archive import read_manifest
 from backends.torchserve.forms import body_inputs
-
-BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"
-
 
 MAX_MESSAGE_CHARS = 512  # a handler's message, per request: the reply must fit a message
 

@@ -20,12 +20,12 @@ import numpy as np
 import orjson
 
 from accel_base.errors import GatewayError, HandlerFailed, InvalidArgument, NotFound
+from backends.torchserve import BODY, MODEL_VERSION, RESPONSE, RESPONSE_INFO
 from gateway.core.inference import InferRequest, RequestedOutput, Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
 from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
 
-BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"
 # TorchServe's exception names, by status.
 _TYPES = {
     400: "BadRequestException", 404: "ModelNotFoundException", 405: "MethodNotAllowedException",
@@ -69,7 +69,6 @@ class ModelNotFound(NotFound):
 
 
 MAX_HEADER_BYTES = 8192
-MODEL_VERSION = "torchserve_model_version"  # gateway/tools/torchserve/store.py's parameter
 
 
 def authorized(scope: Scope, token: str | None) -> bool:
@@ -99,9 +98,9 @@ def create_inference_app(core: Core, max_body_bytes: int, token: str | None = No
     async def predict(scope: Scope, receive: Receive, send: Send, name: str, version: str):
         core.shedder.check()
         headers = scope["headers"]
-        declared = dict(headers).get(b"content-length")
-        body = await read_body(receive, declared, max_body_bytes)
-        content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
+        named = dict(headers)
+        body = await read_body(receive, named.get(b"content-length"), max_body_bytes)
+        content_type = named.get(b"content-type", b"").decode("latin-1")
         request_headers = json.dumps(
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
         )

@@ -17,6 +17,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from accel_base.proto import model_config_pb2 as mc
+from backends.torchserve import BODY, MODEL_VERSION, RESPONSE, RESPONSE_INFO
 from backends.torchserve.archive import (
     ArchiveError,
     archive_stem,
@@ -26,7 +27,6 @@ from backends.torchserve.archive import (
 )
 
 VERSION = "1"  # the repository's version directory of an archive
-MODEL_VERSION = "torchserve_model_version"  # a config parameter: the archive's modelVersion
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ def model_config(
     delay_ms = _positive(settings, "maxBatchDelay", defaults.max_batch_delay_ms, archive)
     workers = _positive(settings, "minWorkers", defaults.workers, archive) or 1
     config = mc.ModelConfig(name=name, backend="torchserve", max_batch_size=batch)
-    config.input.add(name="body", data_type=mc.TYPE_STRING, dims=[1])
-    config.output.add(name="response", data_type=mc.TYPE_STRING, dims=[1])
-    config.output.add(name="response_info", data_type=mc.TYPE_STRING, dims=[1])
+    config.input.add(name=BODY, data_type=mc.TYPE_STRING, dims=[1])
+    config.output.add(name=RESPONSE, data_type=mc.TYPE_STRING, dims=[1])
+    config.output.add(name=RESPONSE_INFO, data_type=mc.TYPE_STRING, dims=[1])
     batching = config.dynamic_batching
     batching.max_queue_delay_microseconds = delay_ms * 1000 if batch > 1 else 0
     batching.default_queue_policy.max_queue_size = defaults.job_queue_size
