@@ -86,11 +86,12 @@ def main() -> None:
         work = Path(tmp)
         store = work / "store"
         build_archive("digits", store, model_config={"batchSize": 16, "maxBatchDelay": 5})
-        inference, management, metrics, http, grpc = free_ports(5)
+        inference, management, metrics, http, grpc, grpc_ts, grpc_tsm = free_ports(7)
         (work / "config.properties").write_text(
             f"inference_address=http://127.0.0.1:{inference}\n"
             f"management_address=http://127.0.0.1:{management}\n"
             f"metrics_address=http://127.0.0.1:{metrics}\n"
+            f"grpc_inference_port={grpc_ts}\ngrpc_management_port={grpc_tsm}\n"
             f"v2_http_port={http}\nv2_grpc_port={grpc}\n"
             "default_workers_per_model=1\ndisable_token_authorization=true\n"
         )

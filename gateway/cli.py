@@ -32,6 +32,7 @@ from gateway.operation.security import (
 )
 from gateway.operation.tracing.tracer import Tracing, parse_trace_config
 from gateway.protocols.grpc.listener import GRPC_SERVERS
+from gateway.protocols.torchserve.options import TorchServeOptions
 from gateway.run import run_gateway
 from gateway.server import ServerOptions
 from gateway.tools import compile_command, loadtest_command
@@ -219,6 +220,19 @@ def build_parser() -> argparse.ArgumentParser:
         "this port too, for TorchServe archives in the repository (accel-gateway torchserve "
         "does it all with TorchServe's own flags)",
     )
+    serve.add_argument(
+        "--torchserve-management-port",
+        type=port,
+        help="serve TorchServe's management API (/models: describe, scale, and with "
+        "--torchserve-model-store register and unregister) on this port too; needs "
+        "--model-control-mode explicit",
+    )
+    serve.add_argument(
+        "--torchserve-model-store",
+        type=Path,
+        help="the directory TorchServe's management API registers archives from (a `url` "
+        "inside it); the archives unpack into the model repository",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="default", choices=FORMATS,
                        help="text with local time (default), text with UTC ISO 8601 time, or "
@@ -294,6 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     return run_gateway(_options(args, repository, tls, tracing))
 
 
+def _torchserve_options(args: argparse.Namespace) -> TorchServeOptions | None:
+    """TorchServe's fronts as `serve` turns them on (`accel-gateway torchserve` has its own)."""
+    if args.torchserve_port is None and args.torchserve_management_port is None:
+        return None
+    return TorchServeOptions(
+        inference_port=args.torchserve_port,
+        management_port=args.torchserve_management_port,
+        model_store=args.torchserve_model_store,
+        model_api=args.torchserve_model_store is not None,
+    )
+
+
 def _options(
     args: argparse.Namespace, repository: Path, tls: TLSFiles | None, tracing: Tracing
 ) -> ServerOptions:
@@ -319,7 +345,7 @@ def _options(
         server_name=args.server_name,
         allow_shared_memory=args.allow_shared_memory,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
-        torchserve_port=args.torchserve_port,
+        torchserve=_torchserve_options(args),
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),

@@ -32,6 +32,7 @@ from gateway.operation.security import (
     management_enabled,
 )
 from gateway.operation.tracing.tracer import Tracing
+from gateway.protocols.torchserve.options import TorchServeOptions
 from gateway.side_fronts import SideServers, side_fronts
 
 log = logging.getLogger("accel_gateway")
@@ -67,10 +68,8 @@ class ServerOptions:
     allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
     sagemaker_port: int | None = None
-    # TorchServe's inference API (GET /ping, /predictions/...) on this port; None: off.
-    torchserve_port: int | None = None
-    # The key its clients must send (Authorization: Bearer); None: none asked for.
-    torchserve_token: str | None = None
+    # TorchServe's APIs (inference, management, their gRPC services); None: off.
+    torchserve: TorchServeOptions | None = None
     # Where the side fronts (SageMaker, TorchServe) listen, when not on `host`:
     # `accel-gateway torchserve` keeps V2 on loopback and TorchServe's API where asked.
     side_host: str | None = None
@@ -97,7 +96,7 @@ class ServerOptions:
                 "--http-port": self.http_port, "--grpc-port": self.grpc_port,
                 "--metrics-port": self.metrics_port,
                 **({"--sagemaker-port": self.sagemaker_port} if self.sagemaker_port else {}),
-                **({"--torchserve-port": self.torchserve_port} if self.torchserve_port else {}),
+                **(self.torchserve.ports() if self.torchserve else {}),
             })  # fmt: skip
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -196,7 +195,7 @@ class Gateway:
             create_metrics_app(self.repository, self.fronts), limits, context
         )
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
-        self.side.start(self.core, options)
+        await self.side.start(self.core, options)
         self._tasks.extend(self.side.tasks)
 
         await self.repository.load_startup_models(options.load_models)
@@ -265,7 +264,7 @@ class Gateway:
         if self.metrics is not None:
             self.metrics.config.timeout_graceful_shutdown = remaining  # then connections close
             self.metrics.should_exit = True
-        self.side.stop(remaining)
+        self._tasks.extend(self.side.stop(remaining))
         if self.listeners is not None:
             await self.listeners.stop(remaining)
         await asyncio.gather(*self._tasks, return_exceptions=True)

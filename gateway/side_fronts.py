@@ -1,7 +1,8 @@
 """The protocol fronts beside V2 that listen on ports of their own: SageMaker's container
-contract (--sagemaker-port) and TorchServe's inference API (--torchserve-port). Each is
-an ASGI app over the core; a new one is an entry in `side_fronts`, bound with the other
-ports before anything starts and stopped with them."""
+contract (--sagemaker-port) and TorchServe's four APIs (inference, management, and their
+gRPC services). An HTTP front is an ASGI app over the core; a gRPC front registers its
+servicers on a gateway HTTP/2 server of its own. A new front is an entry in
+`side_fronts`, bound with the other ports before anything starts and stopped with them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from typing import Any
 
 from gateway.core.interface import Core
 from gateway.listeners import listen, uvicorn_server
+from gateway.protocols.grpc.h2.server import H2Server
 from gateway.protocols.http.sagemaker import create_sagemaker_app
+from gateway.protocols.torchserve.grpc_api import (
+    add_torchserve_inference,
+    add_torchserve_management,
+)
 from gateway.protocols.torchserve.inference import create_inference_app
+from gateway.protocols.torchserve.management import Management
+from gateway.protocols.torchserve.management_http import create_management_app
+from gateway.protocols.torchserve.options import TorchServeOptions
 
 log = logging.getLogger("accel_gateway")
 
@@ -25,7 +34,52 @@ class SideFront:
     name: str  # in errors and logs
     serves: str  # what it serves, for the start's log line
     port: int
-    make_app: Callable[[Core, Any], Any]  # (core, ServerOptions) -> ASGI app
+    # HTTP: (core, ServerOptions) -> an ASGI app; gRPC: (core, H2Server) -> None, which
+    # registers the front's servicers on the server.
+    make: Callable[[Core, Any], Any]
+    grpc: bool = False
+    host: str | None = None  # where it listens, when not on the side fronts' host
+
+
+def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
+    """TorchServe's fronts share what they know of its models, and one Management."""
+    models = ts.models(options.model_repository, options.admin_token)
+    shared: dict[str, Management] = {}
+
+    def management(core: Core) -> Management:
+        if "management" not in shared:
+            shared["management"] = Management(core, models)
+        return shared["management"]
+
+    body = options.max_body_bytes
+    fronts = []
+    if ts.inference_port is not None:
+        fronts.append(SideFront(
+            "TorchServe inference", "API (/ping, /predictions)", ts.inference_port,
+            lambda core, _: create_inference_app(core, models, body, ts.keys),
+            host=ts.inference_host,
+        ))  # fmt: skip
+    if ts.management_port is not None:
+        fronts.append(SideFront(
+            "TorchServe management", "API (/models)", ts.management_port,
+            lambda core, _: create_management_app(management(core), ts.keys),
+            host=ts.management_host,
+        ))  # fmt: skip
+    if ts.grpc_inference_port is not None:
+        fronts.append(SideFront(
+            "TorchServe gRPC inference", "InferenceAPIsService", ts.grpc_inference_port,
+            lambda core, server: add_torchserve_inference(
+                server, core, models, ts.keys),
+            grpc=True, host=ts.inference_host,
+        ))  # fmt: skip
+    if ts.grpc_management_port is not None:
+        fronts.append(SideFront(
+            "TorchServe gRPC management", "ManagementAPIsService", ts.grpc_management_port,
+            lambda core, server: add_torchserve_management(
+                server, management(core), ts.keys),
+            grpc=True, host=ts.management_host,
+        ))  # fmt: skip
+    return fronts
 
 
 def side_fronts(options: Any) -> list[SideFront]:
@@ -36,11 +90,8 @@ def side_fronts(options: Any) -> list[SideFront]:
             "SageMaker", "/ping and /invocations", options.sagemaker_port,
             lambda core, o: create_sagemaker_app(core, o.max_body_bytes),
         ))  # fmt: skip
-    if options.torchserve_port is not None:
-        fronts.append(SideFront(
-            "TorchServe inference", "API (/ping, /predictions)", options.torchserve_port,
-            lambda core, o: create_inference_app(core, o.max_body_bytes, o.torchserve_token),
-        ))  # fmt: skip
+    if options.torchserve is not None:
+        fronts += _torchserve_fronts(options.torchserve, options)
     return fronts
 
 
@@ -53,12 +104,13 @@ class SideServers:
         self.fronts, self.host = fronts, host
         self.sockets: list[socket.socket] = []
         self.servers: list[Any] = []
+        self.grpc_servers: list[H2Server] = []
         self.tasks: list[asyncio.Task] = []
 
     def bind(self) -> None:
         try:
             for front in self.fronts:
-                self.sockets.append(listen(self.host, front.port, front.name))
+                self.sockets.append(listen(front.host or self.host, front.port, front.name))
         except OSError:
             self.close()
             raise
@@ -68,14 +120,29 @@ class SideServers:
             sock.close()
         self.sockets.clear()
 
-    def start(self, core: Core, options: Any) -> None:
+    async def start(self, core: Core, options: Any) -> None:
+        limits = options.limits
         for front, sock in zip(self.fronts, self.sockets, strict=True):
-            server = uvicorn_server(front.make_app(core, options), options.limits)
-            self.servers.append(server)
-            self.tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
-            log.info("%s %s on %s:%d", front.name, front.serves, self.host, front.port)
+            if front.grpc:
+                server = H2Server(
+                    max_message_bytes=options.max_body_bytes,
+                    max_streams=limits.max_streams_per_connection,
+                    idle_s=limits.keep_alive_s, max_connections=limits.max_connections,
+                    read_timeout_s=limits.read_timeout_s,
+                )  # fmt: skip
+                front.make(core, server)
+                await server.start(sock, None)
+                self.grpc_servers.append(server)
+            else:
+                uvicorn = uvicorn_server(front.make(core, options), limits)
+                self.servers.append(uvicorn)
+                self.tasks.append(asyncio.create_task(uvicorn.serve(sockets=[sock])))
+            host = front.host or self.host
+            log.info("%s %s on %s:%d", front.name, front.serves, host, front.port)
 
-    def stop(self, remaining_s: float) -> None:
+    def stop(self, remaining_s: float) -> list[asyncio.Future]:
+        """Ask every server to stop; the gRPC servers' stops, to await."""
         for server in self.servers:
             server.config.timeout_graceful_shutdown = remaining_s  # then connections close
             server.should_exit = True
+        return [asyncio.ensure_future(s.stop(remaining_s)) for s in self.grpc_servers]

@@ -5,8 +5,11 @@ and its Python worker exchange, so that `ts` decodes each request and encodes ea
 exactly as it does under TorchServe; backend.py runs a handler on a batch.
 
 The names below are the contract an archive's model keeps with the gateway: the config
-gateway/tools/torchserve/store.py writes, this backend, and TorchServe's front
+store.py writes, this backend, and TorchServe's front
 (gateway/protocols/torchserve) all use them."""
 
 BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"  # its tensors
-MODEL_VERSION = "torchserve_model_version"  # a config parameter: the archive's modelVersion
+# Config parameters: TorchServe's versions as JSON ({"1.0": "1"}: its name -> the
+# repository's version), and the handler a registration names over the manifest's.
+VERSIONS = "torchserve_versions"
+HANDLER = "torchserve_handler"

@@ -17,7 +17,6 @@ carry "content_type" (the body's Content-Type, whole: a form's boundary is in it
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -26,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device
 from backends.per_request import Failure, PerRequestBackend, RequestInfo
-from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO, otf
+from backends.torchserve import BODY, HANDLER, RESPONSE, RESPONSE_INFO, otf
 from backends.torchserve.archive import read_manifest
 from backends.torchserve.forms import body_inputs
 
@@ -81,6 +81,7 @@ class TorchServeBackend(PerRequestBackend):
                 f"package (pip install 'accel-gateway[torchserve]'): {exc}"
             ) from None
         _quiet_ts_logging()
+        artifact = artifact.resolve()  # the working directory changes below
         self.manifest = read_manifest(artifact)
         # As TorchServe's worker: the archive's directory first on the path (the handler
         # imports its neighbours) and the working directory (handlers open files there).
@@ -93,10 +94,12 @@ class TorchServeBackend(PerRequestBackend):
         )
         metrics.initialize_cache()
         metrics.model_name = config.name
+        # A registration may name another handler than the manifest's (its `handler`).
+        handler = config.parameters[HANDLER].string_value if HANDLER in config.parameters else ""
         self.service = ModelLoaderFactory.get_model_loader().load(
             config.name,
             str(artifact),
-            self.manifest.handler,
+            handler or self.manifest.handler,
             device.index if device.kind == "gpu" else None,
             max(config.max_batch_size, 1),
             config.parameters["envelope"].string_value or None
@@ -156,7 +159,7 @@ class TorchServeBackend(PerRequestBackend):
 def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -> otf.TsRequest:
     value = body if isinstance(body, bytes) else str(body).encode()
     try:
-        headers = json.loads(parameters.get("request_headers", "[]"))
+        headers = orjson.loads(parameters.get("request_headers", "[]"))
         if not isinstance(headers, list) or not all(
             isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
             for pair in headers
@@ -183,10 +186,10 @@ class _BadRequest(ValueError):
 
 
 def _info(answer: otf.TsAnswer) -> bytes:
-    return json.dumps({
+    return orjson.dumps({
         "status": answer.status, "reason": answer.reason,
         "content_type": answer.content_type, "headers": answer.headers,
-    }).encode()  # fmt: skip
+    })  # fmt: skip
 
 
 def _column(values: list[bytes]) -> np.ndarray:

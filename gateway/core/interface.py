@@ -35,7 +35,7 @@ from gateway.operation.tracing.tracer import Tracing
 # call of `Core` that is about models, whose answer must be the same whichever front asks.
 MODEL_CALLS = frozenset(
     {
-        "statistics", "repository_index", "model_ready", "check_model_ready",
+        "statistics", "model_instances", "repository_index", "model_ready", "check_model_ready",
         "model_metadata", "model_config", "load_model", "unload_model",
         "log_settings_dict", "update_log_settings", "trace_settings_dict",
         "update_trace_settings", "load_model_directory", "unload_model_directory",
@@ -71,6 +71,11 @@ class Core(Protocol):
     async def model_config(self, name: str, version: str = "") -> mc.ModelConfig: ...
 
     async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]: ...
+
+    async def model_instances(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        """A loaded version's instances: {"name", "pid" (None for a thread),
+        "state" ("READY", "BUSY", "RESTARTING" or "RETIRED")}; NotFound as model_config."""
+        ...
 
     # ---- inference -------------------------------------------------------------------
 

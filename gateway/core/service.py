@@ -30,6 +30,7 @@ from gateway.core.model_calls import ModelCalls
 from gateway.core.repository import ModelRepository
 from gateway.core.routing.router import RouterModel
 from gateway.core.scheduling.execution import worker_settings
+from gateway.core.scheduling.pool import instance_state
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.core.shared_memory_calls import SharedMemoryCalls
 from gateway.operation.drain import InFlight
@@ -116,6 +117,9 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
 
     async def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
         return (await self._model(name, version)).config
+
+    async def model_instances(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        return [instance_state(i) for i in (await self._model(name, version)).pool.instances]
 
     async def _model(self, name: str, version: str) -> ModelVersion:
         """The ready model version; in on-demand mode, loaded first if it is not."""

@@ -214,6 +214,9 @@ class RemoteCore(SharedMemoryCalls):
     async def loaded_models(self) -> list[str]:
         return await self._call("loaded_models")
 
+    async def model_instances(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        return await self._call("model_instances", name, version)
+
     async def log_settings_dict(self) -> dict[str, Any]:
         """The model host's logging (the fronts log little of their own)."""
         return await self._call("log_settings_dict")

@@ -17,6 +17,7 @@ from gateway.core.routing.metrics import routing_families
 from gateway.core.scheduling.process_instance import ProcessInstance
 from gateway.operation.gpu import GpuReading, read_gpus
 from gateway.operation.histogram import render_histogram
+from gateway.operation.torchserve_metrics import torchserve_families
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -197,16 +198,21 @@ def render(
     repository: ModelRepository,
     read_gpus: Callable[[], list[GpuReading]] = read_gpus,
     fronts: Any = None,
+    names: frozenset[str] = frozenset(),
 ) -> str:
-    """The Prometheus text exposition of every ready model version, and of the GPUs."""
+    """The Prometheus text exposition of every ready model version, and of the GPUs;
+    with `names`, only those families (TorchServe's `/metrics?name[]=...`)."""
     models = repository.ready_models()
     families = counter_families(models)
     families += _worker_families(models)
     families += memory_families(repository.memory, models, family, _labels)
     families += routing_families(models, family, _labels)
     families += _gpu_families(read_gpus())
+    families += torchserve_families(models, family)
     if fronts is not None:
         families += _front_families(fronts)
+    if names:
+        families = [f for f in families if f.split(" ", 3)[2] in names]
     return "\n".join(families) + "\n"
 
 
@@ -250,7 +256,9 @@ def create_metrics_app(repository: ModelRepository, fronts: Any = None):
     from starlette.responses import PlainTextResponse, Response
     from starlette.routing import Route
 
-    async def metrics(_request) -> Response:
-        return PlainTextResponse(render(repository, fronts=fronts), media_type=CONTENT_TYPE)
+    async def metrics(request) -> Response:
+        names = frozenset(request.query_params.getlist("name[]"))
+        text = render(repository, fronts=fronts, names=names)
+        return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
     return Starlette(routes=[Route("/metrics", metrics)])

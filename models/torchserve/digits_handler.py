@@ -27,3 +27,7 @@ class DigitsHandler(BaseHandler):
             {"digit": int(row.argmax()), "probabilities": row.tolist(), "batch": len(data)}
             for row in data
         ]
+
+    def describe_handle(self):
+        """What `GET /models/digits?customized=true` shows (TorchServe's customized describe)."""
+        return json.dumps({"model": "digits", "classes": 10})

@@ -21,8 +21,8 @@ pytest.importorskip("ts")
 
 from test_workers import workers_of  # noqa: E402
 
+from backends.torchserve.store import Defaults, add_archive  # noqa: E402
 from gateway.launch import GatewayProcess, free_ports, start_gateway  # noqa: E402
-from gateway.tools.torchserve.store import Defaults, add_archive  # noqa: E402
 from models.digits import held_out  # noqa: E402
 from models.torchserve.archives import build_archive  # noqa: E402
 

@@ -38,18 +38,20 @@ def store(tmp_path_factory) -> Path:
     return store
 
 
-def write_config(directory: Path) -> tuple[int, int]:
-    inference, metrics, http, grpc = free_ports(4)
+def write_config(directory: Path) -> tuple[int, int, int]:
+    inference, management, metrics, http, grpc, ts_grpc, ts_grpc_management = free_ports(7)
     (directory / "config.properties").write_text(
         f"inference_address=http://127.0.0.1:{inference}\n"
+        f"management_address=http://127.0.0.1:{management}\n"
         f"metrics_address=http://127.0.0.1:{metrics}\n"
+        f"grpc_inference_port={ts_grpc}\ngrpc_management_port={ts_grpc_management}\n"
         f"v2_http_port={http}\nv2_grpc_port={grpc}\n"
     )
-    return inference, http
+    return inference, http, management
 
 
 def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store, tmp_path):
-    inference, http = write_config(tmp_path)
+    inference, http, management = write_config(tmp_path)
     started = torchserve(
         "--start", "--ncs", "--model-store", str(store), "--models", "fn=function.mar",
         "--ts-config", "config.properties", cwd=tmp_path,
@@ -60,7 +62,9 @@ def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store
     try:
         keys = json.loads((tmp_path / "key_file.json").read_text())
         client = httpx.Client(base_url=f"http://127.0.0.1:{inference}", timeout=60)
-        assert client.get("/ping").json() == {"status": "Healthy"}
+        bearer = {"Authorization": f"Bearer {keys['inference']['key']}"}
+        assert client.get("/ping").status_code == 400  # as TorchServe 0.12: a key for it too
+        assert client.get("/ping", headers=bearer).json() == {"status": "Healthy"}
         refused = client.post("/predictions/fn", content=b"hi")
         assert refused.status_code == 400 and refused.json()["type"] == "InvalidKeyException"
         odd = client.post(
@@ -68,13 +72,28 @@ def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store
         )
         assert odd.status_code == 400 and odd.json()["type"] == "InvalidKeyException"
         assert (tmp_path / "key_file.json").stat().st_mode & 0o077 == 0  # its owner's only
-        bearer = {"Authorization": f"Bearer {keys['inference']['key']}"}
         answered = client.post("/predictions/fn", content=b"hi", headers=bearer)
         assert (answered.status_code, answered.text) == (200, "hi||1")
         # Only the model named was served, under the name given; V2 sees it too.
         assert client.post("/predictions/other", content=b"x", headers=bearer).status_code == 404
         v2 = httpx.get(f"http://127.0.0.1:{http}/v2/models/fn/ready", timeout=10)
         assert v2.status_code == 200
+        # Management takes its own key, and only it; the API key renews a key.
+        m = httpx.Client(base_url=f"http://127.0.0.1:{management}", timeout=60)
+        for key in (None, keys["inference"]["key"], keys["API"]["key"]):
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            assert m.get("/models", headers=headers).status_code == 400
+        own = {"Authorization": f"Bearer {keys['management']['key']}"}
+        assert m.get("/models", headers=own).json()["models"][0]["modelName"] == "fn"
+        assert m.post("/token", params={"type": "inference"}, headers=own).status_code == 400
+        api = {"Authorization": f"Bearer {keys['API']['key']}"}
+        assert m.post("/token", params={"type": "inference"}, headers=api).status_code == 200
+        renewed = json.loads((tmp_path / "key_file.json").read_text())
+        assert renewed["inference"]["key"] != keys["inference"]["key"]
+        assert renewed["management"] == keys["management"]
+        assert client.post("/predictions/fn", content=b"hi", headers=bearer).status_code == 400
+        fresh = {"Authorization": f"Bearer {renewed['inference']['key']}"}
+        assert client.post("/predictions/fn", content=b"hi", headers=fresh).status_code == 200
     finally:
         stopped = torchserve("--stop", cwd=tmp_path)
     assert stopped.returncode == 0, stopped.stderr
@@ -83,12 +102,13 @@ def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store
         httpx.get(f"http://127.0.0.1:{inference}/ping", timeout=5)
 
 
-def test_foreground_with_token_auth_disabled_serves_every_archive(store, tmp_path):
-    inference, _ = write_config(tmp_path)
+@pytest.mark.parametrize("models", [["--models", "all"], []])
+def test_foreground_with_token_auth_disabled_serves_all_or_none(store, tmp_path, models):
+    inference, _, _ = write_config(tmp_path)
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "torchserve", "--start", "--foreground",
          "--model-store", str(store), "--ts-config", "config.properties",
-         "--disable-token-auth"],
+         "--disable-token-auth", *models],
         cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -102,8 +122,9 @@ def test_foreground_with_token_auth_disabled_serves_every_archive(store, tmp_pat
                 pass
             assert process.poll() is None, process.stdout.read().decode()
             time.sleep(0.2)
-        for model in ("function", "other"):  # --models absent: every archive in the store
-            assert client.post(f"/predictions/{model}", content=b"a").status_code == 200
+        for model in ("function", "other"):  # all, or none until one is registered
+            status = client.post(f"/predictions/{model}", content=b"a").status_code
+            assert status == (200 if models else 404)
         assert not (tmp_path / "key_file.json").exists()
     finally:
         process.terminate()

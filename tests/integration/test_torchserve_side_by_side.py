@@ -41,19 +41,29 @@ def wait_until_answering(client: httpx.Client, path: str, timeout_s: float = 240
 
 
 def config(directory: Path) -> Path:
-    inference, management, metrics, http, grpc = free_ports(5)
+    inference, management, metrics, http, grpc, ts_grpc, ts_grpc_management = free_ports(7)
     path = directory / "config.properties"
     path.write_text(
         f"inference_address=http://127.0.0.1:{inference}\n"
         f"management_address=http://127.0.0.1:{management}\n"
         f"metrics_address=http://127.0.0.1:{metrics}\n"
+        f"grpc_inference_port={ts_grpc}\ngrpc_management_port={ts_grpc_management}\n"
         f"v2_http_port={http}\nv2_grpc_port={grpc}\ndisable_token_authorization=true\n"
     )
     return path
 
 
+def address(config_path: Path, key: str) -> str:
+    """The http://host:port of `key` in a config.properties."""
+    for line in config_path.read_text().splitlines():
+        if line.startswith(f"{key}="):
+            return line.split("=", 1)[1]
+    raise KeyError(key)
+
+
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+def servers(tmp_path_factory) -> Iterator[dict[str, tuple[httpx.Client, httpx.Client]]]:
+    """Per API ("inference", "management"): (TorchServe's client, ours)."""
     store = tmp_path_factory.mktemp("store")
     build_archive("digits", store)
     build_archive("function", store)
@@ -74,13 +84,16 @@ def servers(tmp_path_factory) -> Iterator[tuple[httpx.Client, httpx.Client]]:
         cwd=ours_dir, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        port = lambda path: int(path.read_text().split(":")[2].split()[0])  # noqa: E731
-        theirs_client = httpx.Client(base_url=f"http://127.0.0.1:{port(theirs_config)}", timeout=60)
-        ours_client = httpx.Client(base_url=f"http://127.0.0.1:{port(ours_config)}", timeout=60)
-        for client in (theirs_client, ours_client):
+        clients = {
+            api: tuple(httpx.Client(base_url=address(path, key), timeout=60)
+                       for path in (theirs_config, ours_config))
+            for api, key in (("inference", "inference_address"),
+                             ("management", "management_address"))
+        }  # fmt: skip
+        for client in clients["inference"]:
             for model in ("function", "failing"):
                 wait_until_answering(client, f"/predictions/{model}")
-        yield theirs_client, ours_client
+        yield clients
     finally:
         ours.terminate()
         ours.wait(60)
@@ -89,6 +102,8 @@ def servers(tmp_path_factory) -> Iterator[tuple[httpx.Client, httpx.Client]]:
 
 
 def request_cases() -> list[tuple[str, str, dict]]:
+    """(method, path, httpx arguments): the inference API's, then the management API's
+    (a path under /models) that answer alike whatever the servers' own worker ids."""
     pixels = held_out()[0][0].tolist()
     return [
         ("GET", "/ping", {}),
@@ -104,13 +119,24 @@ def request_cases() -> list[tuple[str, str, dict]]:
         ("POST", "/predictions/nothing", {"content": b"x"}),
         ("POST", "/predictions/failing", {"content": b"refuse"}),
         ("POST", "/predictions/failing", {"content": b"crash"}),
+        ("GET", "/models", {}),
+        ("GET", "/models", {"params": {"limit": 1}}),
+        ("GET", "/models", {"params": {"limit": 1, "next_page_token": 2}}),
+        ("GET", "/models/nope", {}),
+        ("GET", "/models/function/9.9", {}),
+        ("PUT", "/models/function", {"params": {"min_worker": 3, "max_worker": 1}}),
+        ("PUT", "/models/function/9.9/set-default", {}),
+        ("DELETE", "/models/nope", {}),
+        ("PATCH", "/models", {}),
+        ("GET", "/nothing/here", {}),
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", range(len(request_cases())))
 def test_the_same_answer_as_torchserve(servers, case):
-    theirs_client, ours_client = servers
     method, path, kwargs = request_cases()[case]
+    api = "management" if path.startswith("/models") else "inference"
+    theirs_client, ours_client = servers[api]
     theirs = theirs_client.request(method, path, **kwargs)
     ours = ours_client.request(method, path, **kwargs)
     assert ours.status_code == theirs.status_code, (theirs.text, ours.text)

@@ -27,6 +27,13 @@ class ModelInstance(Protocol):
     retired: bool  # for good (a worker that stopped restarting): never back in the pool
     down_reason: str | None  # why it cannot run now, for the 503 that says so
     recent_run_ns: float | None  # moving average of its runs; None until the first
+    name: str  # "<model>_<n>", in logs and in what management APIs describe
+
+    @property
+    def pid(self) -> int | None:
+        """Its worker process's id; None for a thread of the server's, or a worker that
+        is restarting."""
+        ...
 
     @property
     def allowed_batch_sizes(self) -> tuple[int, ...] | None:

@@ -68,6 +68,10 @@ class Instance:
         self.retired = False
         self.down_reason: str | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return None  # a thread of the server's process
+
     @classmethod
     def load(cls, make_backend: Callable[[], Backend], name: str, nice: int) -> Instance:
         """Make the backend on the instance's own thread, `nice` steps below the event

@@ -161,3 +161,16 @@ class InstancePool:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+def instance_state(instance: ModelInstance) -> dict[str, Any]:
+    """What a management API shows of one instance (its worker's pid, if it has one)."""
+    if instance.retired:
+        state = "RETIRED"
+    elif instance.down_reason is not None:
+        state = "RESTARTING"
+    elif instance.running is not None and not instance.running.done():
+        state = "BUSY"
+    else:
+        state = "READY"
+    return {"name": instance.name, "pid": instance.pid, "state": state}

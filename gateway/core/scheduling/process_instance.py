@@ -199,6 +199,10 @@ class ProcessInstance:
     # ---- death and restart -----------------------------------------------------------
 
     @property
+    def pid(self) -> int | None:
+        return self.worker.pid if self.worker is not None else None
+
+    @property
     def restarting(self) -> bool:
         return self.worker is None and not self.retired and not self._closed
 

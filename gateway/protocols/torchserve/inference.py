@@ -6,189 +6,144 @@
   backends/torchserve/backend.py) as TorchServe's frontend sends them; the answer is
   the handler's bytes with the status, content type and headers it set.
 
-Errors are TorchServe's JSON, {"code": ..., "type": ..., "message": ...}.
+Errors are TorchServe's JSON, {"code": ..., "type": ..., "message": ...}. `predict` is
+the one path to a handler, shared with TorchServe's gRPC API.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import uuid
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 import numpy as np
 import orjson
 
-from accel_base.errors import GatewayError, HandlerFailed, InvalidArgument, NotFound
-from backends.torchserve import BODY, MODEL_VERSION, RESPONSE, RESPONSE_INFO
+from accel_base.errors import InvalidArgument, NotFound
+from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO
 from gateway.core.inference import InferRequest, RequestedOutput, Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
 from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
-
-# TorchServe's exception names, by status.
-_TYPES = {
-    400: "BadRequestException", 404: "ModelNotFoundException", 405: "MethodNotAllowedException",
-    408: "RequestTimeoutException", 413: "RequestTooLargeException",
-    503: "ServiceUnavailableException",
-}  # fmt: skip
-
-
-def common_headers(request_id: str = "") -> list[tuple[bytes, bytes]]:
-    """What TorchServe puts on every answer: the request's id and no caching."""
-    return [
-        (b"x-request-id", (request_id or str(uuid.uuid4())).encode()), (b"pragma", b"no-cache"),
-        (b"cache-control", b"no-cache; no-store, must-revalidate, private"),
-        (b"expires", b"Thu, 01 Jan 1970 00:00:00 UTC"),
-    ]  # fmt: skip
-
-
-async def ts_error(
-    send: Send, status: int, message: str, retry_after_s: int | None = None,
-    kind: str | None = None,
-) -> None:  # fmt: skip
-    kind = kind or _TYPES.get(status, "InternalServerException")
-    body = (
-        orjson.dumps(  # indented, and a newline after: TorchServe's bytes
-            {"code": status, "type": kind, "message": message}, option=orjson.OPT_INDENT_2
-        )
-        + b"\n"
-    )
-    headers = [(b"content-type", b"application/json"), *common_headers()]
-    if retry_after_s is not None:
-        headers.append((b"retry-after", str(retry_after_s).encode()))
-    await respond(send, status, body, headers)
-
-
-class VersionNotFound(NotFound):
-    """TorchServe answers an unknown version with a type of its own."""
-
-
-class ModelNotFound(NotFound):
-    """An unknown model, in TorchServe's words."""
-
+from gateway.protocols.torchserve.keys import Keys
+from gateway.protocols.torchserve.models import TorchServeModels, model_not_found, resolve
+from gateway.protocols.torchserve.openapi import INFERENCE, description
+from gateway.protocols.torchserve.replies import (
+    NOT_ALLOWED,
+    NOT_FOUND,
+    TOKEN_FAILED,
+    authorized,
+    common_headers,
+    json_bytes,
+    reply_failure,
+    ts_error,
+    ts_json,
+)
 
 MAX_HEADER_BYTES = 8192
 
 
-def authorized(scope: Scope, token: str | None) -> bool:
-    """TorchServe's token authorization: `Authorization: Bearer <the inference key>`."""
-    if token is None:
-        return True
-    given = dict(scope["headers"]).get(b"authorization", b"")
-    scheme, _, key = given.partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), token.encode())
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    headers: dict[str, str]  # lower-case names: the handler's, content-type among them
+    request_id: str
 
 
-def create_inference_app(core: Core, max_body_bytes: int, token: str | None = None) -> ASGIApp:
-    """`token`: the inference key clients must send (key_file.json's); None: none."""
+async def predict(
+    core: Core, models: TorchServeModels, name: str, version: str, body: bytes,
+    content_type: str, headers: list[tuple[str, str]],
+) -> Answer:  # fmt: skip
+    """Hand one request to model `name`'s handler (`version` "": its default) and return
+    what the handler answered; TsError or GatewayError for what TorchServe refuses."""
+    request_headers = orjson.dumps(headers).decode()
+    if len(request_headers) > MAX_HEADER_BYTES:  # they travel with the batch
+        raise InvalidArgument(
+            f"the request's headers come to {len(request_headers)} bytes, over "
+            f"{MAX_HEADER_BYTES} (TorchServe's frontend allows 8 KiB); send fewer"
+        )
+    data = np.empty((1, 1), dtype=object)
+    data[0, 0] = body
+    request = InferRequest(
+        model_name=name,
+        model_version=await resolve(core, models, name, version),
+        id=str(uuid.uuid4()),  # the handler's request id and x-request-id
+        parameters={
+            # Whole, with its parameters: a form's boundary is one of them (the backend
+            # makes the inputs of the body as TorchServe's frontend does).
+            "content_type": content_type,
+            "request_headers": request_headers,
+        },
+        inputs=[Tensor(BODY, "BYTES", data)],
+        outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
+    )
+    try:
+        response = await core.infer(request)
+    except NotFound:
+        raise model_not_found(name) from None
+    produced = {t.name: t.data for t in response.outputs}
+    if RESPONSE not in produced or RESPONSE_INFO not in produced:
+        raise InvalidArgument(
+            f"model '{name}' is not a TorchServe archive's (it has no outputs "
+            f"{RESPONSE} and {RESPONSE_INFO}); call it over the V2 protocol"
+        )
+    info = orjson.loads(produced[RESPONSE_INFO].reshape(-1)[0])
+    # The handler's headers (set_response_content_type is one of them), else its content
+    # type as the answer carries it.
+    set_headers = {k.lower(): v for k, v in info["headers"].items()}
+    if info["content_type"] and "content-type" not in set_headers:
+        set_headers["content-type"] = info["content_type"]
+    answer = bytes(produced[RESPONSE].reshape(-1)[0])
+    return Answer(info["status"], answer, set_headers, request.id)
 
-    async def resolve_version(name: str, version: str) -> str:
-        """TorchServe's version ("1.0", as the archive's manifest has it) as the
-        repository's: an archive is version 1 there, and a plain model's numbers stand."""
-        if not version:
-            return ""
-        config = await core.model_config(name)
-        if MODEL_VERSION not in config.parameters:
-            return version
-        if config.parameters[MODEL_VERSION].string_value == version:
-            return ""
-        raise VersionNotFound(f"Model version: {version} does not exist for model: {name}")
 
-    async def predict(scope: Scope, receive: Receive, send: Send, name: str, version: str):
+def create_inference_app(
+    core: Core, models: TorchServeModels, max_body_bytes: int, keys: Keys | None = None
+) -> ASGIApp:
+    """`keys`: whose inference key clients must send (key_file.json's); None: none."""
+
+    async def predictions(
+        scope: Scope, receive: Receive, send: Send, name: str, version: str, explain: bool
+    ) -> None:
         core.shedder.check()
-        headers = scope["headers"]
-        named = dict(headers)
+        named = dict(scope["headers"])
         body = await read_body(receive, named.get(b"content-length"), max_body_bytes)
         content_type = named.get(b"content-type", b"").decode("latin-1")
-        request_headers = json.dumps(
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
-        )
-        if len(request_headers) > MAX_HEADER_BYTES:  # they travel with the batch
-            raise InvalidArgument(
-                f"the request's headers come to {len(request_headers)} bytes, over "
-                f"{MAX_HEADER_BYTES} (TorchServe's frontend allows 8 KiB); send fewer"
-            )
-        data = np.empty((1, 1), dtype=object)
-        data[0, 0] = body
-        try:
-            request = InferRequest(
-                model_name=name,
-                model_version=await resolve_version(name, version),
-                id=str(uuid.uuid4()),  # the handler's request id and x-request-id
-                parameters={
-                    # Whole, with its parameters: a form's boundary is one of them (the
-                    # backend makes the inputs of the body as TorchServe's frontend does).
-                    "content_type": content_type,
-                    "request_headers": request_headers,
-                },
-                inputs=[Tensor(BODY, "BYTES", data)],
-                outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
-            )
-            response = await core.infer(request)
-        except VersionNotFound:
-            raise
-        except NotFound:
-            raise ModelNotFound(f"Model not found: {name}") from None
-        produced = {t.name: t.data for t in response.outputs}
-        if RESPONSE not in produced or RESPONSE_INFO not in produced:
-            raise InvalidArgument(
-                f"model '{name}' is not a TorchServe archive's (it has no outputs "
-                f"{RESPONSE} and {RESPONSE_INFO}); call it over the V2 protocol"
-            )
-        answer = produced[RESPONSE].reshape(-1)[0]
-        info = json.loads(produced[RESPONSE_INFO].reshape(-1)[0])
-        # The handler's headers (set_response_content_type is one of them), else its
-        # content type as the answer carries it.
-        set_headers = {k.lower(): v for k, v in info["headers"].items()}
-        if info["content_type"] and "content-type" not in set_headers:
-            set_headers["content-type"] = info["content_type"]
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
+            headers.append(("explain", "True"))
+        answer = await predict(core, models, name, version, body, content_type, headers)
         reply = [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace"))
-                 for k, v in set_headers.items()]  # fmt: skip
-        reply += common_headers(request.id)
-        await respond(send, info["status"], bytes(answer), reply)
+                 for k, v in answer.headers.items()]  # fmt: skip
+        await respond(send, answer.status, answer.body, reply + common_headers(answer.request_id))
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         method, parts = scope["method"], scope["path"].strip("/").split("/")
         try:
-            if parts == ["ping"] and method == "GET":
+            if method == "OPTIONS" and parts == [""]:  # open, as TorchServe's
+                await ts_json(send, 200, description("TorchServe inference API", INFERENCE))
+            elif not authorized(scope, keys, "inference"):  # /ping too, as TorchServe 0.12
+                await ts_error(send, 400, TOKEN_FAILED, kind="InvalidKeyException")
+            elif parts == ["ping"] and method == "GET":
                 healthy = core.ready()
-                body = (
-                    orjson.dumps(
-                        {"status": "Healthy" if healthy else "Unhealthy"},
-                        option=orjson.OPT_INDENT_2,
-                    )
-                    + b"\n"
-                )
+                body = json_bytes({"status": "Healthy" if healthy else "Unhealthy"})
                 await respond(
                     send, 200 if healthy else 500, body, [(b"content-type", b"application/json")]
                 )
-            elif not authorized(scope, token):
-                message = (
-                    "Token Authorization failed. Token either incorrect, expired, or not "
-                    "provided correctly"
-                )
-                await ts_error(send, 400, message, kind="InvalidKeyException")
-            elif parts[0] == "predictions" and 2 <= len(parts) <= 3:
+            elif parts[0] in ("predictions", "explanations") and 2 <= len(parts) <= 3:
                 if method not in ("GET", "POST", "PUT"):  # TorchServe takes all three
-                    await ts_error(send, 405, f"{method} is not allowed on predictions")
+                    await ts_error(send, 405, NOT_ALLOWED)
                     return
                 name = unquote(parts[1])
                 version = unquote(parts[2]) if len(parts) == 3 else ""
-                await predict(scope, receive, send, name, version)
+                explain = parts[0] == "explanations"
+                await predictions(scope, receive, send, name, version, explain)
             else:
-                await ts_error(
-                    send, 404, "Requested resource is not found, please refer to API document."
-                )
-        except HandlerFailed as exc:  # TorchServe names every handler failure so
-            await ts_error(send, exc.http_status, exc.detail, kind="InternalServerException")
-        except VersionNotFound as exc:
-            await ts_error(send, 404, exc.message, kind="ModelVersionNotFoundException")
-        except GatewayError as exc:
-            await ts_error(send, exc.http_status, exc.message, exc.retry_after_s)
+                await ts_error(send, 404, NOT_FOUND, kind="ResourceNotFoundException")
         except Exception as exc:
-            await ts_error(send, 500, f"internal error: {type(exc).__name__}: {exc}")
+            await reply_failure(send, exc)
 
     return app

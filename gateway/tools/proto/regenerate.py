@@ -5,10 +5,11 @@
 
 Both the model config and the inference service go to accel_base.proto, the
 transport-free base: backends and worker processes import the config, the remote
-backend (a client of other V2 servers) the service too. protoc's output is
+backend (a client of other V2 servers) the service too. TorchServe's gRPC services
+(protos/torchserve/) go to accel_base.proto.torchserve. protoc's output is
 post-processed: its absolute imports (``import model_config_pb2``) become package
 imports, and descriptors go to ``accel_base.proto.POOL`` instead of the default pool,
-so these modules can be imported next to tritonclient's.
+so these modules can be imported next to tritonclient's (and TorchServe's own stubs).
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from grpc_tools import protoc
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parents[2]
 PROTO_DIR = REPO_ROOT / "protos"
-PROTOS = ("model_config.proto", "grpc_service.proto")
-SERVICE_PROTOS = ("grpc_service.proto",)  # the only ones that declare a service
+PROTOS = (
+    "model_config.proto", "grpc_service.proto",
+    "torchserve/status.proto", "torchserve/inference.proto", "torchserve/management.proto",
+)  # fmt: skip
+# The ones that declare a service.
+SERVICE_PROTOS = ("grpc_service.proto", "torchserve/inference.proto", "torchserve/management.proto")
 # Generated module -> the directory (relative to the repository) it is committed in.
 OUTPUTS = {
     "grpc_service_pb2.py": "accel_base/proto",
@@ -34,7 +39,38 @@ OUTPUTS = {
     # Type stubs, so that the type checker knows the messages (tests/test_typecheck.py).
     "grpc_service_pb2.pyi": "accel_base/proto",
     "model_config_pb2.pyi": "accel_base/proto",
+    # TorchServe's gRPC services (protos/torchserve/ -> accel_base/proto/torchserve/).
+    "torchserve/status_pb2.py": "accel_base/proto",
+    "torchserve/status_pb2.pyi": "accel_base/proto",
+    "torchserve/inference_pb2.py": "accel_base/proto",
+    "torchserve/inference_pb2.pyi": "accel_base/proto",
+    "torchserve/inference_pb2_grpc.py": "accel_base/proto",
+    "torchserve/management_pb2.py": "accel_base/proto",
+    "torchserve/management_pb2.pyi": "accel_base/proto",
+    "torchserve/management_pb2_grpc.py": "accel_base/proto",
 }
+
+
+def _torchserve_import(module: str, applies_to: str) -> tuple[str, str, str]:
+    return (
+        f"from torchserve import {module} as",
+        f"from accel_base.proto.torchserve import {module} as",
+        applies_to,
+    )
+
+
+def _well_known_first(kind: str, applies_to: str) -> tuple[str, str, str]:
+    """TorchServe's protos import google.protobuf's well-known types (Empty, and Any
+    through status.proto). POOL does not fall back on the default pool, so the file of
+    the one imported is added to POOL, from the module protobuf ships, before the file
+    that imports it (accel_base.proto.add_well_known)."""
+    add = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
+    first = (
+        "from accel_base.proto import add_well_known as _add_well_known\n"
+        f"_add_well_known(google_dot_protobuf_dot_{kind}__pb2)\n"
+    )
+    return (add, first + add, applies_to)
+
 
 # (old, new, applies to) substitutions made on protoc's output; each must match.
 _REWRITES = (
@@ -49,6 +85,12 @@ _REWRITES = (
         "grpc_service_pb2.pyi",
     ),
     ("import grpc_service_pb2 as", "from . import grpc_service_pb2 as", "grpc_service_pb2_grpc.py"),
+    _torchserve_import("status_pb2", "torchserve/inference_pb2.py"),
+    _torchserve_import("status_pb2", "torchserve/inference_pb2.pyi"),
+    _torchserve_import("inference_pb2", "torchserve/inference_pb2_grpc.py"),
+    _torchserve_import("management_pb2", "torchserve/management_pb2_grpc.py"),
+    _well_known_first("any", "torchserve/status_pb2.py"),
+    _well_known_first("empty", "torchserve/inference_pb2.py"),
     ("_descriptor_pool.Default()", "_POOL", "_pb2.py"),
     (
         "from google.protobuf import descriptor_pool as _descriptor_pool\n",

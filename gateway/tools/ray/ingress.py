@@ -253,6 +253,11 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
     async def model_directories(self) -> dict[str, str]:
         return {}  # every model is a deployment of the repository's
 
+    async def model_instances(self, name: str, version: str = "") -> list[dict[str, Any]]:
+        """A deployment's replicas are Ray's to list (`ray status`), not the ingress's."""
+        await self.model_config(name, version)  # NotFound as the other cores
+        return []
+
     async def loaded_models(self) -> list[str]:
         return sorted({row["name"] for row in await self.repository_index(ready_only=True)})
 

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -30,14 +29,16 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+from backends.torchserve.store import Defaults, Overrides, add_archive
 from gateway.arguments import distinct_ports
+from gateway.protocols.torchserve.keys import KEY_FILE, Keys
+from gateway.protocols.torchserve.options import TorchServeOptions
 from gateway.tools.torchserve.properties import Properties, PropertiesError, read
-from gateway.tools.torchserve.store import Defaults, add_archive
 
 PID_FILE = Path(tempfile.gettempdir()) / f".accel-gateway-torchserve-{os.getuid()}.pid"
-KEY_FILE = "key_file.json"
 START_TIMEOUT_S = 300.0
 # TorchServe flags that take a value and that this gateway does not serve: refused by name.
 UNSUPPORTED = {
@@ -65,8 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--disable-token-auth", action="store_true",
                         help="serve without token authorization (no key_file.json)")  # fmt: skip
     parser.add_argument("--enable-model-api", action="store_true",
-                        help="accepted: the management API is not served yet, so no model is "
-                        "registered either way")  # fmt: skip
+                        help="let the management API register and unregister models")  # fmt: skip
     parser.add_argument("--ncs", "--no-config-snapshots", action="store_true", dest="ncs",
                         help="accepted: this gateway writes no config snapshots")  # fmt: skip
     for flag, reason in UNSUPPORTED.items():
@@ -74,8 +74,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _models(entries: list[str], store: Path) -> list[tuple[str | None, Path]]:
-    """(name or None, archive path) for each --models / load_models entry."""
-    if entries in ([], ["all"]):
+    """(name or None, archive path) for each --models / load_models entry; none named,
+    none loaded (as TorchServe: registration may add them)."""
+    if entries == ["all"]:
         return [(None, path) for path in sorted(store.iterdir())
                 if path.suffix in (".mar", ".tgz") or path.name.endswith(".tar.gz")
                 or (path / "MAR-INF").is_dir()]  # fmt: skip
@@ -94,17 +95,30 @@ def _models(entries: list[str], store: Path) -> list[tuple[str | None, Path]]:
     return chosen
 
 
-def _write_keys(directory: Path) -> str:
-    """TorchServe's key file (management, inference and API keys); the inference key."""
-    keys = {kind: secrets.token_urlsafe(12) for kind in ("management", "inference", "API")}
-    text = json.dumps({kind: {"key": key} for kind, key in keys.items()}, indent=2)
-    # Readable by its owner only from its first byte, and never through a link.
-    fd = os.open(directory / KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                 0o600)  # fmt: skip
-    with os.fdopen(fd, "w") as file:
-        os.fchmod(fd, 0o600)
-        file.write(text)
-    return keys["inference"]
+def _overrides(props: Properties) -> Callable[[str, str], Overrides]:
+    """What config.properties' `models` sets for a model's version, over its archive's
+    model-config.yaml (TorchServe's precedence)."""
+
+    def of(name: str, version: str) -> Overrides:
+        settings = props.models.get(name, {}).get(version, {})
+        return Overrides(
+            batch_size=settings.get("batchSize"),
+            max_batch_delay_ms=settings.get("maxBatchDelay"),
+            workers=settings.get("minWorkers"),
+            response_timeout_s=settings.get("responseTimeout"),
+        )
+
+    return of
+
+
+def _default_versions(props: Properties) -> dict[str, str]:
+    """The versions config.properties' `models` marks defaultVersion."""
+    chosen = {}
+    for name, versions in props.models.items():
+        for version, settings in versions.items():
+            if settings.get("defaultVersion"):
+                chosen[name] = version
+    return chosen
 
 
 def _serve(args: argparse.Namespace, props: Properties) -> int:
@@ -117,29 +131,47 @@ def _serve(args: argparse.Namespace, props: Properties) -> int:
         raise PropertiesError("--model-store: give the directory that holds the archives")
     work = Path(tempfile.mkdtemp(prefix="accel-gateway-torchserve-"))
     try:
-        defaults = Defaults(workers=props.default_workers_per_model,
-                            job_queue_size=props.job_queue_size)  # fmt: skip
+        defaults = Defaults(
+            workers=props.default_workers_per_model, job_queue_size=props.job_queue_size,
+            response_timeout_s=props.default_response_timeout, envelope=props.service_envelope,
+        )  # fmt: skip
+        startup: dict[str, dict[str, str]] = {}
         for name, archive in _models(args.models or props.load_models, store):
-            stored = add_archive(archive, work, defaults, name)
+            stored = add_archive(archive, work, defaults, name, _overrides(props))
+            startup.setdefault(stored.name, {})[stored.version] = archive.name
             print(f"accel-gateway torchserve: model {stored.name} {stored.version} from "
                   f"{archive.name}", file=sys.stderr)  # fmt: skip
-        token = None
+        keys = None
         if props.token_authorization and not args.disable_token_auth:
-            token = _write_keys(Path.cwd())
+            keys = Keys(Path.cwd(), props.token_expiration_min)
             print(f"accel-gateway torchserve: token authorization on; keys in {KEY_FILE}",
                   file=sys.stderr)  # fmt: skip
         distinct_ports({
-            "inference_address": props.inference_port, "metrics_address": props.metrics_port,
+            "inference_address": props.inference_port,
+            "management_address": props.management_port,
+            "metrics_address": props.metrics_port,
+            "grpc_inference_port": props.grpc_inference_port,
+            "grpc_management_port": props.grpc_management_port,
             "v2_http_port": props.v2_http_port, "v2_grpc_port": props.v2_grpc_port,
         })  # fmt: skip
+        torchserve = TorchServeOptions(
+            inference_port=props.inference_port, management_port=props.management_port,
+            grpc_inference_port=props.grpc_inference_port,
+            grpc_management_port=props.grpc_management_port,
+            inference_host=props.host, management_host=props.management_host,
+            keys=keys,
+            model_store=store, allowed_urls=tuple(props.allowed_urls),
+            model_api=props.model_api, defaults=defaults, startup=startup,
+            default_versions=_default_versions(props),
+        )  # fmt: skip
         # V2 has no token authorization: on loopback, unless config.properties names its
-        # host (v2_address), so that the inference key cannot be gone around.
+        # host (v2_address), so that the inference key cannot be gone around. Models are
+        # under explicit control: the management API loads and unloads them.
         options = ServerOptions(
-            model_repository=work, host=props.v2_host, side_host=props.host,
-            http_port=props.v2_http_port,
+            model_repository=work, host=props.v2_host, http_port=props.v2_http_port,
             grpc_port=props.v2_grpc_port, metrics_port=props.metrics_port,
-            torchserve_port=props.inference_port, torchserve_token=token,
-            max_body_bytes=props.max_request_size, log=LogSettings(),
+            model_control_mode="explicit", load_models=sorted(startup),
+            torchserve=torchserve, max_body_bytes=props.max_request_size, log=LogSettings(),
         )  # fmt: skip
         return run_gateway(options, "accel-gateway torchserve")
     finally:
@@ -190,7 +222,8 @@ def _start_in_background(argv: list[str], props: Properties) -> int:
                   file=sys.stderr)  # fmt: skip
             return 1
         try:
-            with urllib.request.urlopen(url, timeout=1) as reply:
+            request = urllib.request.Request(url, headers=_bearer(Path.cwd() / KEY_FILE))
+            with urllib.request.urlopen(request, timeout=1) as reply:
                 if reply.status == 200:
                     print(f"accel-gateway torchserve: started (pid {child.pid}, log {log_path})")
                     return 0
@@ -200,6 +233,16 @@ def _start_in_background(argv: list[str], props: Properties) -> int:
     print(f"accel-gateway torchserve: not answering {url} after {START_TIMEOUT_S:g} s; "
           f"its log: {log_path}", file=sys.stderr)  # fmt: skip
     return 1
+
+
+def _bearer(key_file: Path) -> dict[str, str]:
+    """The inference key of the server starting, once it has written its key file (the
+    file of an earlier start holds a key that no longer works: /ping then says 400)."""
+    try:
+        key = json.loads(key_file.read_text())["inference"]["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {"Authorization": f"Bearer {key}"}
 
 
 def _stop() -> int:
@@ -237,8 +280,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         props = read(config, os.environ)
         if args.enable_model_api:
             props.model_api = True
-        note = "TorchServe's inference API is served; its management and gRPC APIs are not yet"
-        print(f"accel-gateway torchserve: {note}", file=sys.stderr)
         if args.foreground:
             return _serve(args, props)
         return _start_in_background([a for a in argv if a != "--foreground"], props)

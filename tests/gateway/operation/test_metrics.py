@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import socket
 from types import SimpleNamespace
 
+from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
+from backends.torchserve import VERSIONS
 from gateway.core.placement.footprint import Footprint
 from gateway.core.placement.inventory import DeviceMemory
 from gateway.core.placement.manager import MemoryManager
@@ -11,7 +14,7 @@ from gateway.operation.gpu import GpuReading
 from gateway.operation.metrics import render
 
 
-def fake_repository():
+def fake_repository(config: mc.ModelConfig | None = None):
     stats = ModelStatistics("m", "1")
     stats.record_execution(4, 2, 100, 4000, 50)
     stats.record_execution(1, 1, 100, 1000, 50)
@@ -21,6 +24,7 @@ def fake_repository():
     model = SimpleNamespace(
         name="m",
         version=1,
+        config=config or mc.ModelConfig(name="m"),
         stats=stats,
         pending=3,
         instances=[],  # threads only: no worker metrics
@@ -79,3 +83,24 @@ def test_memory_budgets_footprints_loads_and_evictions():
     assert values['accel_gateway_model_load_duration_seconds_bucket{le="10"}'] == "2"
     assert values['accel_gateway_model_load_duration_seconds_bucket{le="+Inf"}'] == "2"
     assert values["accel_gateway_model_load_duration_seconds_count"] == "2"
+
+
+def test_torchserve_names_for_archives_only():
+    """A TorchServe archive's model also counts under TorchServe's names, by its version's
+    name; any other model does not; `names` keeps only the families asked for."""
+    assert "ts_inference_requests_total" not in render(fake_repository(), read_gpus=list)
+    config = mc.ModelConfig(name="m")
+    config.parameters[VERSIONS].string_value = '{"1.0": "1"}'
+    text = render(fake_repository(config), read_gpus=list)
+    values = samples(text)
+    labels = f'model_name="m",model_version="1.0",hostname="{socket.gethostname()}"'
+    assert values[f"ts_inference_requests_total{{{labels}}}"] == "2.0"  # a success, a failure
+    assert values[f"ts_inference_latency_microseconds{{{labels}}}"] == "5.01"
+    assert values[f"ts_queue_latency_microseconds{{{labels}}}"] == "1.0"
+    assert "# TYPE ts_queue_latency_microseconds counter" in text
+    only = render(
+        fake_repository(config), read_gpus=list, names=frozenset({"ts_inference_requests_total"})
+    )
+    assert [line for line in only.splitlines() if not line.startswith("#")] == [
+        f"ts_inference_requests_total{{{labels}}} 2.0"
+    ]

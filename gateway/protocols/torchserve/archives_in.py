@@ -1,0 +1,81 @@
+"""Where a registration's `url` may take an archive from, and nowhere else:
+
+- a path (or `file://` URL) of a file or directory inside the model store;
+- an `http://` or `https://` URL that matches one of `allowed_urls` whole (regular
+  expressions, as TorchServe's config.properties gives them), fetched once into the
+  repository's staging area, bounded in bytes and in time.
+
+TorchServe allows every URL unless told otherwise; this server allows none until the
+operator lists them: a registration must not make the server fetch what a caller names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from backends.torchserve.archive import DEFAULT_MAX_BYTES
+from gateway.protocols.torchserve.models import TorchServeModels
+from gateway.protocols.torchserve.replies import TsError
+
+FETCH_TIMEOUT_S = 60.0
+CHUNK = 1 << 20
+
+
+def _in_store(path_text: str, models: TorchServeModels, url: str) -> Path:
+    store = models.model_store
+    if store is None:
+        raise TsError(400, f"{url}: this server has no model store to register archives from")
+    path = (store / unquote(path_text)).resolve()
+    if not path.is_relative_to(store.resolve()) or not path.exists():
+        raise TsError(404, f"Model not found at: {url}", "ModelNotFoundException")
+    return path
+
+
+def _download(url: str, destination: Path, max_bytes: int) -> None:
+    request = urllib.request.Request(url, headers={"User-Agent": "accel-gateway"})
+    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as reply, open(
+        destination, "wb"
+    ) as file:  # fmt: skip
+        total = 0
+        while chunk := reply.read(CHUNK):
+            total += len(chunk)
+            if total > max_bytes:
+                raise TsError(
+                    413, f"{url}: the archive is over {max_bytes} bytes",
+                    "DownloadArchiveException",
+                )  # fmt: skip
+            file.write(chunk)
+
+
+@contextlib.asynccontextmanager
+async def fetch_archive(url: str, models: TorchServeModels) -> AsyncIterator[Path]:
+    """The archive `url` names, as a local path for as long as the block runs."""
+    parts = urlsplit(url)
+    if parts.scheme in ("", "file"):
+        yield _in_store(parts.path if parts.scheme else url, models, url)
+        return
+    allowed = parts.scheme in ("http", "https") and any(
+        pattern.fullmatch(url) for pattern in models.allowed_urls
+    )
+    if not allowed:
+        raise TsError(
+            400, f"Given URL {url} does not match any allowed URL(s); list it in "
+            "config.properties' allowed_urls", "ModelException",
+        )  # fmt: skip
+    name = Path(parts.path).name or "archive.mar"
+    with tempfile.TemporaryDirectory(dir=models.repository, prefix=".download-") as folder:
+        destination = Path(folder) / name
+        try:
+            await asyncio.to_thread(_download, url, destination, DEFAULT_MAX_BYTES)
+        except OSError as exc:
+            raise TsError(
+                400, f"Failed to download archive from: {url} ({exc})",
+                "DownloadArchiveException",
+            ) from None  # fmt: skip
+        yield destination

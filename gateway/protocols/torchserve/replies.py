@@ -1,0 +1,87 @@
+"""What TorchServe's HTTP APIs (inference, management) share: its error JSON and the
+exception names it puts in it, the headers on every answer, and token authorization."""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+
+from accel_base.errors import GatewayError, HandlerFailed
+from gateway.protocols.http.infer_route import Scope, Send, respond
+from gateway.protocols.torchserve.keys import Keys
+
+# TorchServe's exception names, by status.
+_TYPES = {
+    400: "BadRequestException", 404: "ModelNotFoundException", 405: "MethodNotAllowedException",
+    408: "RequestTimeoutException", 409: "ConflictStatusException",
+    413: "RequestTooLargeException", 503: "ServiceUnavailableException",
+}  # fmt: skip
+TOKEN_FAILED = (
+    "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
+)
+NOT_FOUND = "Requested resource is not found, please refer to API document."
+NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
+
+
+class TsError(GatewayError):
+    """A failure TorchServe names with a type of its own (the `type` of its error JSON)."""
+
+    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.http_status = status
+        self.kind = kind or _TYPES.get(status, "InternalServerException")
+
+
+def kind_of(exc: GatewayError) -> str:
+    return exc.kind if isinstance(exc, TsError) else _TYPES.get(exc.http_status, "")
+
+
+def common_headers(request_id: str = "") -> list[tuple[bytes, bytes]]:
+    """What TorchServe puts on every answer: the request's id and no caching."""
+    return [
+        (b"x-request-id", (request_id or str(uuid.uuid4())).encode()), (b"pragma", b"no-cache"),
+        (b"cache-control", b"no-cache; no-store, must-revalidate, private"),
+        (b"expires", b"Thu, 01 Jan 1970 00:00:00 UTC"),
+    ]  # fmt: skip
+
+
+def json_bytes(value: object) -> bytes:
+    """Indented, and a newline after: TorchServe's bytes."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+async def ts_json(send: Send, status: int, value: object) -> None:
+    headers = [(b"content-type", b"application/json"), *common_headers()]
+    await respond(send, status, json_bytes(value), headers)
+
+
+async def ts_error(
+    send: Send, status: int, message: str, retry_after_s: int | None = None,
+    kind: str | None = None,
+) -> None:  # fmt: skip
+    kind = kind or _TYPES.get(status, "InternalServerException")
+    body = json_bytes({"code": status, "type": kind, "message": message})
+    headers = [(b"content-type", b"application/json"), *common_headers()]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await respond(send, status, body, headers)
+
+
+def authorized(scope: Scope, keys: Keys | None, kind: str) -> bool:
+    """TorchServe's token authorization: `Authorization: Bearer <the key of `kind`>`;
+    `keys` None: off."""
+    return keys is None or keys.check(kind, dict(scope["headers"]).get(b"authorization"))
+
+
+async def reply_failure(send: Send, exc: Exception) -> None:
+    """Any failure as TorchServe's error JSON: a handler's as TorchServe names it, ours with
+    its status, anything else a 500 that says what it was."""
+    if isinstance(exc, HandlerFailed):
+        await ts_error(send, exc.http_status, exc.detail, kind="InternalServerException")
+    elif isinstance(exc, TsError):
+        await ts_error(send, exc.http_status, exc.message, kind=exc.kind)
+    elif isinstance(exc, GatewayError):
+        await ts_error(send, exc.http_status, exc.message, exc.retry_after_s, kind_of(exc))
+    else:
+        await ts_error(send, 500, f"internal error: {type(exc).__name__}: {exc}")
