@@ -30,6 +30,9 @@ class Platform:
     # on its own: Triton's Python backend, whose execute() takes a list of requests.
     per_request: bool = False
     warm_up: bool = True  # whether a batch of zeros may run at load (not a user's code)
+    # Whether a request on a stream may get responses before its answer, though the model
+    # is not decoupled (a TorchServe handler's intermediate responses): gateway/core/streamed.py.
+    streams: bool = False
     # Memory of one instance, before it is measured: bytes per byte of artifact, and what
     # a worker process with the framework imported holds before any model.
     expansion: float = 2.0
@@ -86,8 +89,8 @@ BUILT_IN: tuple[Platform, ...] = (
     # A TorchServe archive, unpacked as the version directory; its handler is a user's code.
     Platform(
         "torchserve", "backends.torchserve.backend", "TorchServeBackend", "torchserve", "",
-        per_request=True, warm_up=False, execution="process only", expansion=1.3,
-        worker_base_bytes=350 * MiB,
+        per_request=True, warm_up=False, streams=True, execution="process only",
+        expansion=1.3, worker_base_bytes=350 * MiB,
     ),
     # Another V2 server runs it: the version directory holds no file, and zeros are not
     # sent to someone else's model at load.

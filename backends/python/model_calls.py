@@ -4,16 +4,14 @@ path the gateway gives the worker in ACCEL_GATEWAY_MODEL_CALLS."""
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 
 from accel_base import call_wire
+from backends import response_socket
 from backends.python import pb_utils
 
 _local = threading.local()  # async_exec runs calls on threads: one connection each
-_responses: socket.socket | None = None  # decoupled responses: one connection for all
-_responses_lock = threading.Lock()
 
 # A gateway error class name -> the TritonError code a model sees.
 _CODES = {
@@ -55,20 +53,12 @@ def call(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
 
 
 def send_frame(frame: bytes) -> None:
-    """A decoupled model's response, which wants no answer. Every thread's responses
-    share one connection, in the order they are sent, so that a request's responses
-    arrive in order whichever threads send them."""
-    global _responses
-    with _responses_lock:
-        try:
-            if _responses is None:
-                _responses = _connect()
-            _responses.sendall(frame)
-        except OSError as exc:
-            if _responses is not None:
-                _responses.close()
-                _responses = None
-            raise pb_utils.TritonModelException(f"the response could not be sent: {exc}") from None
+    """A decoupled model's response (backends/response_socket.py), its failure a
+    TritonModelException the model sees."""
+    try:
+        response_socket.send_frame(frame)
+    except OSError as exc:
+        raise pb_utils.TritonModelException(f"the response could not be sent: {exc}") from None
 
 
 def _failed(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:
@@ -78,18 +68,5 @@ def _failed(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils
 def _connection() -> socket.socket:
     sock = getattr(_local, "sock", None)
     if sock is None:
-        sock = _local.sock = _connect()
-    return sock
-
-
-def _connect() -> socket.socket:
-    path = os.environ.get(call_wire.PATH_VARIABLE)
-    if not path:
-        raise OSError("this worker was started without the gateway's model-call socket")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-    except OSError:
-        sock.close()
-        raise
+        sock = _local.sock = response_socket.connect()
     return sock

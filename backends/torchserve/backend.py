@@ -33,21 +33,9 @@ from backends.per_request import Failure, PerRequestBackend, RequestInfo
 from backends.torchserve import BODY, HANDLER, RESPONSE, RESPONSE_INFO, otf
 from backends.torchserve.archive import read_manifest
 from backends.torchserve.forms import body_inputs
+from backends.torchserve.streaming import Intermediate, column, info_json
 
 MAX_MESSAGE_CHARS = 512  # a handler's message, per request: the reply must fit a message
-
-
-class _NoStreaming:
-    """`context.cl_socket`: where a handler's intermediate answers would go."""
-
-    def sendall(self, data: bytes) -> None:
-        from ts.utils.util import PredictionException  # its message reaches the client
-
-        raise PredictionException(
-            "this handler streams intermediate responses (send_intermediate_predict_response), "
-            "which the gateway does not serve yet; return one answer per request",
-            501,
-        )
 
 
 class _NotEachBatch(logging.Filter):
@@ -108,7 +96,6 @@ class TorchServeBackend(PerRequestBackend):
             True,
             metrics,
         )
-        self.service.set_cl_socket(_NoStreaming())
 
     def unload(self) -> None:
         # TorchServe has no unload call for handlers: its worker process ends, as ours does.
@@ -123,36 +110,49 @@ class TorchServeBackend(PerRequestBackend):
         requests: list[otf.TsRequest] = []
         served: list[tuple[int, int]] = []  # (request index, rows) of those handed on
         failures: list[Failure] = []
+        tokens: dict[str, str] = {}  # a request on a stream: its TorchServe id -> token
+        taken: set[str] = set()  # ids already in the batch: a repeated one is made unique
         at = 0
-        for index, (rows, _names, parameters, request_id, *_) in enumerate(infos):
+        for index, (rows, _names, parameters, request_id, _sequence, token) in enumerate(infos):
             try:
                 mine = [_request(bodies[at + row], parameters, request_id, row)
                         for row in range(rows)]  # fmt: skip
             except _BadRequest as exc:  # this request fails; the batch's others run
                 failures.append((index, "InvalidArgument", str(exc)))
             else:
+                for ts_request in mine:
+                    if ts_request.request_id in taken:  # (two V2 requests of one id)
+                        ts_request.request_id += f"#{index}"
+                    taken.add(ts_request.request_id)
                 requests += mine
                 served.append((index, rows))
+                if token and rows == 1:
+                    tokens[mine[0].request_id] = token
             at += rows
         if not requests:
             return {}, failures
         from ts.protocol.otf_message_handler import retrieve_msg
 
         _, batch = retrieve_msg(otf.Reader(otf.encode_predict(requests)))
+        early = Intermediate(tokens)  # where the handler's intermediate responses go
+        self.service.set_cl_socket(early)
         code, message, answers = otf.decode_predict_response(bytes(self.service.predict(batch)))
         if code != 200:
             kind, message = f"HandlerFailed:{code}", message[:MAX_MESSAGE_CHARS]
             return {}, failures + [(index, kind, message) for index, _ in served]
+        early.finish(answers)
         outputs: dict[str, np.ndarray] = {}
         at = 0
         for index, rows in served:
             names = infos[index][1]
             answered = answers[at : at + rows]
             at += rows
+            if answered and answered[0].request_id in early.sent:
+                continue  # answered through its stream
             if RESPONSE in names:
-                outputs[f"{index}:{RESPONSE}"] = _column([a.body for a in answered])
+                outputs[f"{index}:{RESPONSE}"] = column([a.body for a in answered])
             if RESPONSE_INFO in names:
-                outputs[f"{index}:{RESPONSE_INFO}"] = _column([_info(a) for a in answered])
+                outputs[f"{index}:{RESPONSE_INFO}"] = column([info_json(a) for a in answered])
         return outputs, failures
 
 
@@ -183,16 +183,3 @@ def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -
 
 class _BadRequest(ValueError):
     """A request whose parameters or body cannot be handed to a handler."""
-
-
-def _info(answer: otf.TsAnswer) -> bytes:
-    return orjson.dumps({
-        "status": answer.status, "reason": answer.reason,
-        "content_type": answer.content_type, "headers": answer.headers,
-    })  # fmt: skip
-
-
-def _column(values: list[bytes]) -> np.ndarray:
-    array = np.empty((len(values), 1), dtype=object)
-    array[:, 0] = values
-    return array

@@ -157,6 +157,7 @@ class ModelVersion:
         self.on_idle: Callable[[], None] | None = None
         info = platform_info(platform_of(config))
         self._warms_up = info.warm_up
+        self.streams = info.streams  # answers may come after responses (core/streamed.py)
         rules = RequestRules.from_config(config)
         # A decoupled model answers through its stream (gateway/core/decoupled.py): the batch
         # itself answers nothing.

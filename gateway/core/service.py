@@ -33,6 +33,7 @@ from gateway.core.scheduling.execution import worker_settings
 from gateway.core.scheduling.pool import instance_state
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.core.shared_memory_calls import SharedMemoryCalls
+from gateway.core.streamed import stream_answers
 from gateway.operation.drain import InFlight
 from gateway.operation.log_settings import LogSettings, LogSettingsCalls
 from gateway.operation.shedding import LoopShedder
@@ -172,6 +173,10 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
         model = await self._model(request.model_name, request.model_version)
+        if model.streams and not model.decoupled:
+            async for response in self._streamed(model, request):
+                yield response
+            return
         if not model.decoupled:
             yield await self.infer(request)
             return
@@ -193,6 +198,15 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
             answered = True
         finally:
             self.in_flight.leave(token, answered)
+
+    async def _streamed(
+        self, model: ModelVersion, request: InferRequest
+    ) -> AsyncIterator[InferResponse | GatewayError]:
+        """A request to a model whose answer may come after responses of its own."""
+        idle_s = worker_settings(model.config).run_timeout_s  # between two responses
+        async for response in stream_answers(request, self.model_calls.streams, self.infer,
+                                             idle_s):  # fmt: skip
+            yield response
 
     async def _model_call(self, request: InferRequest) -> InferResponse:
         """A Python model's call to another model: part of a request already admitted, so

@@ -3,7 +3,8 @@
 - "digits": the digits classifier trained in PyTorch (models/digits_torch.py), its state
   dict with digits_model.py as the architecture and digits_handler.py (a BaseHandler);
 - "function": function_handler.py, a module-level `handle(data, context)`;
-- "failing": failing_handler.py, PredictionException and a crash on chosen inputs.
+- "failing": failing_handler.py, PredictionException and a crash on chosen inputs;
+- "streaming": streaming_handler.py, intermediate responses (a word at a time).
 
 `model_config` becomes the archive's model-config.yaml (batchSize, maxBatchDelay, ...).
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 HERE = Path(__file__).parent
 HANDLERS = {"digits": "digits_handler.py", "function": "function_handler.py",
-            "failing": "failing_handler.py"}  # fmt: skip
+            "failing": "failing_handler.py", "streaming": "streaming_handler.py"}  # fmt: skip
 SUFFIXES = {"default": ".mar", "zip-store": ".mar", "tgz": ".tar.gz", "no-archive": ""}
 
 

@@ -46,6 +46,7 @@ def served(tmp_path_factory) -> Iterator[Served]:
         (build_archive("digits", store, name="digits_tgz", archive_format="tgz"), None),
         (build_archive("function", store, archive_format="no-archive"), None),
         (build_archive("failing", store), None),
+        (build_archive("streaming", store), None),
     ]  # fmt: skip
     repository = tmp_path_factory.mktemp("repository")
     for archive, name in archives:
@@ -185,6 +186,50 @@ def test_headers_over_8_kib_are_refused_with_a_400_naming_them(served):
     reply = served.client.post("/predictions/function", content=b"x",
                                headers={"x-big": "a" * 9000})  # fmt: skip
     assert reply.status_code == 400 and "headers come to" in reply.json()["message"]
+
+
+def test_intermediate_responses_stream_as_chunks_of_one_answer(served):
+    """As TorchServe's HTTP API: a handler's intermediate responses are the chunks of one
+    chunked answer, its last answer the last chunk; a handler that sends none is one
+    ordinary answer."""
+    with served.client.stream("POST", "/predictions/streaming", content=b"one two three") as r:
+        assert r.status_code == 200
+        assert r.headers.get("transfer-encoding") == "chunked"
+        assert "content-length" not in r.headers
+        assert b"".join(r.iter_bytes()) == b"one two three"
+    single = served.client.post("/predictions/streaming", content=b"alone")
+    assert single.text == "alone" and single.headers["content-length"] == "5"
+    assert "ended early" not in served.server.log()  # the stream ended as it should
+
+
+def test_intermediate_responses_over_v2_need_a_stream(served):
+    """Over V2's gRPC stream each comes as a response of its own; a plain V2 call cannot
+    take them, and says where to send the request."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(served.server.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        body = grpcclient.InferInput("body", [1, 1], "BYTES")
+        body.set_data_from_numpy(np.array([[b"one two three"]], dtype=object))
+        client.async_stream_infer("streaming", [body], request_id="words")
+        words = []
+        for _ in range(3):
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            words.append(result.as_numpy("response").reshape(-1)[0])
+        assert words == [b"one ", b"two ", b"three"]
+    finally:
+        client.stop_stream()
+    v2 = httpclient.InferenceServerClient(served.server.http_url)
+    body = httpclient.InferInput("body", [1, 1], "BYTES")
+    body.set_data_from_numpy(np.array([[b"one two"]], dtype=object))
+    with pytest.raises(InferenceServerException) as refused:
+        v2.infer("streaming", [body])
+    assert "need a stream" in str(refused.value)
 
 
 def test_a_delete_on_predictions_is_refused_by_name(served):

@@ -40,7 +40,7 @@ def ts(tmp_path_factory) -> SimpleNamespace:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("model-store")
-    for kind in ("digits", "function", "failing"):
+    for kind in ("digits", "function", "failing", "streaming"):
         build_archive(kind, store)
     build_archive("function", store, name="registered")
     build_archive("function", store / "v2", name="registered", version="2.0")
@@ -51,12 +51,11 @@ def store(tmp_path_factory) -> Path:
 def gateway(ts, store, tmp_path_factory) -> Iterator[Gateway]:
     """Token authorization on, the model API on, digits, function and failing served."""
     repository = tmp_path_factory.mktemp("repository")
-    for kind in ("digits", "function", "failing"):
+    kinds = ["digits", "function", "failing", "streaming"]
+    for kind in kinds:
         add_archive(store / f"{kind}.mar", repository, Defaults())
     log = tmp_path_factory.mktemp("logs") / "gateway.log"
-    served = launch(
-        ts, repository, store, log, ["digits", "function", "failing"], keys=True, model_api=True
-    )
+    served = launch(ts, repository, store, log, kinds, keys=True, model_api=True)
     yield served
     assert served.server.stop() == 0, served.server.log()
 
@@ -172,6 +171,18 @@ def test_stream_predictions_carry_the_one_answer_then_end(gateway, ts):
     assert (error.code(), error.details()) == (
         grpc.StatusCode.INTERNAL, f"Model not found: nothing\n{NOT_FOUND}"
     )  # fmt: skip
+
+
+def test_stream_predictions_carry_a_handlers_intermediate_responses(gateway, ts):
+    answers = gateway.inference.StreamPredictions(
+        request(ts, "streaming", body=b"one two three"), metadata=gateway.inference_key,
+        timeout=60,
+    )  # fmt: skip
+    assert [a.prediction for a in answers] == [b"one ", b"two ", b"three"]
+    # A unary call cannot take them: the handler's batch fails, saying where to go.
+    error = refused(gateway.inference.Predictions, request(ts, "streaming", body=b"a b"),
+                    metadata=gateway.inference_key)  # fmt: skip
+    assert "need a stream" in error.details()
 
 
 def test_stream_predictions2_answers_each_request_in_turn_failures_in_status(gateway, ts):

@@ -68,7 +68,9 @@ def servers(tmp_path_factory) -> Iterator[dict[str, tuple[httpx.Client, httpx.Cl
     build_archive("digits", store)
     build_archive("function", store)
     build_archive("failing", store)
-    models = ["digits=digits.mar", "function=function.mar", "failing=failing.mar"]
+    build_archive("streaming", store)
+    models = ["digits=digits.mar", "function=function.mar", "failing=failing.mar",
+              "streaming=streaming.mar"]  # fmt: skip
     theirs_dir, ours_dir = tmp_path_factory.mktemp("torchserve"), tmp_path_factory.mktemp("ours")
     theirs_config, ours_config = config(theirs_dir), config(ours_dir)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -119,6 +121,8 @@ def request_cases() -> list[tuple[str, str, dict]]:
         ("POST", "/predictions/nothing", {"content": b"x"}),
         ("POST", "/predictions/failing", {"content": b"refuse"}),
         ("POST", "/predictions/failing", {"content": b"crash"}),
+        ("POST", "/predictions/streaming", {"content": b"one two three"}),
+        ("POST", "/predictions/streaming", {"content": b"alone"}),
         ("GET", "/models", {}),
         ("GET", "/models", {"params": {"limit": 1}}),
         ("GET", "/models", {"params": {"limit": 1, "next_page_token": 2}}),
@@ -142,3 +146,5 @@ def test_the_same_answer_as_torchserve(servers, case):
     assert ours.status_code == theirs.status_code, (theirs.text, ours.text)
     assert ours.content == theirs.content
     assert ours.headers.get("content-type") == theirs.headers.get("content-type")
+    # Intermediate responses: both send the answer in chunks, else both in one piece.
+    assert ours.headers.get("transfer-encoding") == theirs.headers.get("transfer-encoding")

@@ -22,6 +22,8 @@ def build_response(
     output_datatypes: dict[str, str],
     outputs: dict[str, np.ndarray],
 ) -> InferResponse:
+    if not outputs and request.stream is not None:  # answered through its stream
+        return InferResponse(request.model_name, version, request.id, outputs=[])
     missing = [name for name in output_names if name not in outputs]
     if missing:
         raise Internal(

@@ -33,7 +33,7 @@ from gateway.protocols.torchserve.grpc_common import (
     token_refusal,
 )
 from gateway.protocols.torchserve.grpc_management import ManagementServicer
-from gateway.protocols.torchserve.inference import predict
+from gateway.protocols.torchserve.inference import predict, predict_stream
 from gateway.protocols.torchserve.management import Management
 from gateway.protocols.torchserve.models import TorchServeModels
 
@@ -127,17 +127,26 @@ class InferenceServicer(pb_grpc.InferenceAPIsServiceServicer):
     async def StreamPredictions(
         self, request: pb.PredictionsRequest, context: Any
     ) -> AsyncIterator[pb.PredictionResponse]:
-        """The handler's answer, then the end of the stream. A handler here answers once
-        per request: one that sends intermediate answers (send_intermediate_predict_response)
-        is answered 501 by the backend, which ends the call UNIMPLEMENTED; streaming them
-        is not served yet."""
+        """The handler's intermediate responses (send_intermediate_predict_response) as
+        they come, then its answer, then the end of the stream; one answer from a handler
+        that sends none."""
         await self._authorize(context)
         try:
-            response = await self._predict(request)
+            if not request.model_name:
+                raise _NoModelName
+            self.core.shedder.check()
+            body, content_type = form_body(request.input)
+            answers = predict_stream(
+                self.core, self.models, request.model_name, request.model_version, body,
+                content_type, [],
+            )  # fmt: skip
+            try:
+                async for answer in answers:
+                    yield pb.PredictionResponse(prediction=answer.body)
+            finally:
+                await answers.aclose()
         except Exception as exc:
             await _abort(context, self._failure(exc))
-            return
-        yield response
 
     async def StreamPredictions2(
         self, requests: AsyncIterator[pb.PredictionsRequest], context: Any

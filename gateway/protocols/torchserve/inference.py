@@ -12,16 +12,18 @@ the one path to a handler, shared with TorchServe's gRPC API.
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 import numpy as np
 import orjson
 
-from accel_base.errors import InvalidArgument, NotFound
+from accel_base.errors import GatewayError, InvalidArgument, NotFound
 from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO
-from gateway.core.inference import InferRequest, RequestedOutput, Tensor
+from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
 from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
@@ -40,6 +42,7 @@ from gateway.protocols.torchserve.replies import (
     ts_json,
 )
 
+log = logging.getLogger("accel_gateway")
 MAX_HEADER_BYTES = 8192
 
 
@@ -51,12 +54,10 @@ class Answer:
     request_id: str
 
 
-async def predict(
+async def _request(
     core: Core, models: TorchServeModels, name: str, version: str, body: bytes,
     content_type: str, headers: list[tuple[str, str]],
-) -> Answer:  # fmt: skip
-    """Hand one request to model `name`'s handler (`version` "": its default) and return
-    what the handler answered; TsError or GatewayError for what TorchServe refuses."""
+) -> InferRequest:  # fmt: skip
     request_headers = orjson.dumps(headers).decode()
     if len(request_headers) > MAX_HEADER_BYTES:  # they travel with the batch
         raise InvalidArgument(
@@ -65,7 +66,7 @@ async def predict(
         )
     data = np.empty((1, 1), dtype=object)
     data[0, 0] = body
-    request = InferRequest(
+    return InferRequest(
         model_name=name,
         model_version=await resolve(core, models, name, version),
         id=str(uuid.uuid4()),  # the handler's request id and x-request-id
@@ -78,10 +79,9 @@ async def predict(
         inputs=[Tensor(BODY, "BYTES", data)],
         outputs=[RequestedOutput(RESPONSE), RequestedOutput(RESPONSE_INFO)],
     )
-    try:
-        response = await core.infer(request)
-    except NotFound:
-        raise model_not_found(name) from None
+
+
+def _answer(name: str, response: InferResponse, request_id: str) -> Answer:
     produced = {t.name: t.data for t in response.outputs}
     if RESPONSE not in produced or RESPONSE_INFO not in produced:
         raise InvalidArgument(
@@ -95,7 +95,68 @@ async def predict(
     if info["content_type"] and "content-type" not in set_headers:
         set_headers["content-type"] = info["content_type"]
     answer = bytes(produced[RESPONSE].reshape(-1)[0])
-    return Answer(info["status"], answer, set_headers, request.id)
+    return Answer(info["status"], answer, set_headers, request_id)
+
+
+async def predict(
+    core: Core, models: TorchServeModels, name: str, version: str, body: bytes,
+    content_type: str, headers: list[tuple[str, str]],
+) -> Answer:  # fmt: skip
+    """Hand one request to model `name`'s handler (`version` "": its default) and return
+    what the handler answered; TsError or GatewayError for what TorchServe refuses. A
+    handler that sends intermediate responses fails this with 501 (predict_stream)."""
+    request = await _request(core, models, name, version, body, content_type, headers)
+    try:
+        response = await core.infer(request)
+    except NotFound:
+        raise model_not_found(name) from None
+    return _answer(name, response, request.id)
+
+
+async def predict_stream(
+    core: Core, models: TorchServeModels, name: str, version: str, body: bytes,
+    content_type: str, headers: list[tuple[str, str]],
+) -> AsyncGenerator[Answer, None]:  # fmt: skip
+    """predict(), with the handler's intermediate responses before its answer (one
+    answer alone from a handler that sends none)."""
+    request = await _request(core, models, name, version, body, content_type, headers)
+    try:
+        async for response in core.infer_stream(request):
+            if isinstance(response, GatewayError):  # a failed intermediate response
+                raise response
+            yield _answer(name, response, request.id)
+    except NotFound:
+        raise model_not_found(name) from None
+
+
+def _head(answer: Answer) -> list[tuple[bytes, bytes]]:
+    reply = [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace"))
+             for k, v in answer.headers.items()]  # fmt: skip
+    return reply + common_headers(answer.request_id)
+
+
+async def _send_answers(send: Send, answers: AsyncIterator[Answer]) -> None:
+    """One answer as one response; a handler's intermediate responses as the chunks of
+    one (chunked transfer, status and headers from the first), as TorchServe sends them."""
+    first = await anext(answers)
+    following = await anext(answers, None)
+    if following is None:
+        await respond(send, first.status, first.body, _head(first))
+        return
+    await send({"type": "http.response.start", "status": first.status, "headers": _head(first)})
+    await send({"type": "http.response.body", "body": first.body, "more_body": True})
+    try:
+        async for answer in _chain(following, answers):
+            await send({"type": "http.response.body", "body": answer.body, "more_body": True})
+    except GatewayError as exc:  # its status is sent already: the body ends here
+        log.warning("TorchServe stream of a prediction ended early: %s", exc.message)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _chain(first: Answer, rest: AsyncIterator[Answer]) -> AsyncIterator[Answer]:
+    yield first
+    async for answer in rest:
+        yield answer
 
 
 def create_inference_app(
@@ -113,10 +174,11 @@ def create_inference_app(
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
             headers.append(("explain", "True"))
-        answer = await predict(core, models, name, version, body, content_type, headers)
-        reply = [(k.encode("latin-1", "replace"), v.encode("latin-1", "replace"))
-                 for k, v in answer.headers.items()]  # fmt: skip
-        await respond(send, answer.status, answer.body, reply + common_headers(answer.request_id))
+        answers = predict_stream(core, models, name, version, body, content_type, headers)
+        try:
+            await _send_answers(send, answers)
+        finally:
+            await answers.aclose()  # a client gone mid-stream: the stream closes
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -1,0 +1,71 @@
+"""Requests on a stream to a model whose backend `streams` (a TorchServe handler): the
+model answers the request as any other, through its batch, unless it chose to send
+responses first (TorchServe's intermediate responses). Those travel like a decoupled
+model's (gateway/core/decoupled.py: over the model-call socket into the request's
+stream), and then its last one, marked final, is the answer too: the batch carries no
+outputs for that request. A request whose handler sends nothing early costs its stream's
+queue and no more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from accel_base.errors import GatewayError, Unavailable
+from gateway.core.decoupled import ResponseStreams, Sent
+from gateway.core.inference import InferRequest, InferResponse, Tensor
+from gateway.core.scheduling.per_request import failure_error
+
+
+def _response(request: InferRequest, sent: Sent, version: str) -> InferResponse:
+    outputs = [Tensor(n, d, a) for n, d, a in sent.outputs]
+    return InferResponse(request.model_name, version, request.id, dict(sent.parameters), outputs)
+
+
+async def stream_answers(
+    request: InferRequest,
+    streams: ResponseStreams,
+    run: Callable[[InferRequest], Awaitable[InferResponse]],
+    idle_timeout_s: float,
+) -> AsyncIterator[InferResponse | GatewayError]:
+    """The request's early responses as the model sends them, then its answer (the
+    batch's, or the final one sent early); a failed early response comes as its error."""
+    token, queue = streams.open()
+    request.stream = (token, [o.name for o in request.outputs])
+    running = asyncio.ensure_future(run(request))
+    getting: asyncio.Future | None = None
+    try:
+        while True:
+            if getting is None:
+                getting = asyncio.ensure_future(queue.get())
+            waiting = {getting} if running.done() else {getting, running}
+            if running.done() and queue.empty():
+                answer = running.result()  # its failure, if it failed, is the stream's
+                if answer.outputs:  # answered through the batch: nothing was sent early
+                    yield answer
+                    return
+            done, _ = await asyncio.wait(
+                waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                raise Unavailable(
+                    f"model '{request.model_name}' sent no response for {idle_timeout_s:g} s "
+                    "and no answer; the stream for this request is closed"
+                )
+            if getting not in done:
+                continue  # the batch ended: its answer, or the rest of the early ones
+            sent, getting = getting.result(), None
+            if sent.error is not None:
+                yield failure_error(request.model_name, *sent.error)
+            else:
+                yield _response(request, sent, request.model_version)
+            if sent.final:
+                await running  # the batch may still be returning; its failure is ours too
+                return
+    finally:
+        streams.close(token)
+        if getting is not None:
+            getting.cancel()
+        if not running.done():
+            running.cancel()
