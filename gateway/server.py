@@ -116,6 +116,14 @@ class ServerOptions:
             management_enabled(self.model_control_mode, self.allow_shared_memory),
             self.allow_unauthenticated_management,
         )
+        ts = self.torchserve
+        if ts is not None and (ts.management_port or ts.grpc_management_port):
+            # TorchServe's management manages the same models: its key, else the token.
+            check_management_exposure(
+                ts.management_host or self.side_host or self.host,
+                self.admin_token or ("keys" if ts.keys else None), True,
+                self.allow_unauthenticated_management, "TorchServe's management address",
+            )  # fmt: skip
 
 
 class Gateway:

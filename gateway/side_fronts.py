@@ -22,6 +22,7 @@ from gateway.protocols.torchserve.grpc_api import (
     add_torchserve_management,
 )
 from gateway.protocols.torchserve.inference import create_inference_app
+from gateway.protocols.torchserve.keys import AdminKey
 from gateway.protocols.torchserve.management import Management
 from gateway.protocols.torchserve.management_http import create_management_app
 from gateway.protocols.torchserve.options import TorchServeOptions
@@ -52,6 +53,8 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
         return shared["management"]
 
     body = options.max_body_bytes
+    # Who may manage: TorchServe's management key, else the server's admin token.
+    managing = ts.keys or (AdminKey(options.admin_token) if options.admin_token else None)
     fronts = []
     if ts.inference_port is not None:
         fronts.append(SideFront(
@@ -62,7 +65,7 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
     if ts.management_port is not None:
         fronts.append(SideFront(
             "TorchServe management", "API (/models)", ts.management_port,
-            lambda core, _: create_management_app(management(core), ts.keys),
+            lambda core, _: create_management_app(management(core), managing),
             host=ts.management_host,
         ))  # fmt: skip
     if ts.grpc_inference_port is not None:
@@ -76,7 +79,7 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
         fronts.append(SideFront(
             "TorchServe gRPC management", "ManagementAPIsService", ts.grpc_management_port,
             lambda core, server: add_torchserve_management(
-                server, management(core), ts.keys),
+                server, management(core), managing),
             grpc=True, host=ts.management_host,
         ))  # fmt: skip
     return fronts

@@ -10,6 +10,7 @@ store.py writes, this backend, and TorchServe's front
 
 BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"  # its tensors
 # Config parameters: TorchServe's versions as JSON ({"1.0": "1"}: its name -> the
-# repository's version), and the handler a registration names over the manifest's.
+# repository's version), and the handlers registrations named over their manifests', as
+# JSON by the repository's version ({"2": "my_handler:handle"}).
 VERSIONS = "torchserve_versions"
 HANDLER = "torchserve_handler"

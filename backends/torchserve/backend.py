@@ -17,6 +17,7 @@ carry "content_type" (the body's Content-Type, whole: a form's boundary is in it
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -83,7 +84,8 @@ class TorchServeBackend(PerRequestBackend):
         metrics.initialize_cache()
         metrics.model_name = config.name
         # A registration may name another handler than the manifest's (its `handler`).
-        handler = config.parameters[HANDLER].string_value if HANDLER in config.parameters else ""
+        handlers = config.parameters[HANDLER].string_value if HANDLER in config.parameters else ""
+        handler = json.loads(handlers or "{}").get(artifact.name, "")  # by version directory
         self.service = ModelLoaderFactory.get_model_loader().load(
             config.name,
             str(artifact),

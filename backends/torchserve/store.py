@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from accel_base.proto import model_config_pb2 as mc
 from backends.torchserve import BODY, HANDLER, RESPONSE, RESPONSE_INFO, VERSIONS
 from backends.torchserve.archive import (
     ArchiveError,
+    Manifest,
     archive_stem,
     read_manifest,
     read_model_config,
@@ -66,6 +68,11 @@ class Overrides:
     handler: str | None = None
     response_timeout_s: int | None = None
 
+    def model_wide(self) -> bool:
+        """Whether it sets what only a model's first version sets."""
+        return any(v is not None for v in (self.batch_size, self.max_batch_delay_ms,
+                                           self.workers, self.response_timeout_s))  # fmt: skip
+
 
 @dataclass(frozen=True)
 class StoredModel:
@@ -74,6 +81,7 @@ class StoredModel:
     directory: Path  # the model's directory (its config and version directories)
     settings: dict[str, Any]  # the archive's model-config.yaml
     workers: int  # the instances its config asks for
+    number: str  # the repository's version (its directory's name)
 
 
 def _whole(settings: dict[str, Any], key: str, default: int, archive: str) -> int:
@@ -106,8 +114,6 @@ def model_config(
     batching.default_queue_policy.max_queue_size = defaults.job_queue_size
     config.instance_group.add(count=max(workers, 1), kind=mc.ModelInstanceGroup.KIND_CPU)
     config.version_policy.all.SetInParent()
-    if overrides.handler:
-        config.parameters[HANDLER].string_value = overrides.handler
     if defaults.envelope:  # ts wraps the handler in it (backend.py passes it to the loader)
         config.parameters["envelope"].string_value = defaults.envelope
     # TorchServe's responseTimeout: a batch running longer means a hung worker, which is
@@ -144,62 +150,116 @@ def write_config(directory: Path, config: mc.ModelConfig) -> None:
     staged.replace(directory / CONFIG)  # a reader sees the old config or the new, whole
 
 
+@dataclass(frozen=True)
+class Staged:
+    """An archive unpacked into the repository's staging area, not yet a model's."""
+
+    root: Path  # its directory (MAR-INF/ inside)
+    staging: Path  # what to delete once it is placed or given up
+    manifest: Manifest
+    settings: dict[str, Any]  # its model-config.yaml
+    source: Path
+
+    def name(self, chosen: str | None = None) -> str:
+        """The model's name: `chosen`, else the manifest's, else the archive file's."""
+        name = chosen or self.manifest.model_name or archive_stem(self.source)
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ArchiveError(f"model name '{name}' may hold only letters, digits, - and _")
+        return name
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def stage_archive(source: Path, repository: Path) -> Staged:
+    """Unpack `source` into a staging directory of its own under `repository` (two
+    registrations of one file at once do not meet there)."""
+    staging = repository / f".unpacking-{uuid.uuid4().hex}"
+    try:
+        root = unpack(source, staging)
+        manifest = read_manifest(root)
+        return Staged(root, staging, manifest, read_model_config(root, manifest), source)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def place_archive(
+    staged: Staged, repository: Path, defaults: Defaults, name: str,
+    overrides: Overrides | Callable[[str, str], Overrides] = Overrides(),
+) -> StoredModel:  # fmt: skip
+    """Make a staged archive model `name` of `repository`: a new model, or a new version of
+    a model of archives. A version the model holds already is VersionTaken; nothing is
+    replaced. `overrides` may depend on the model's name and version (config.properties'
+    `models`); settings are the model's, so a later version may name only its handler.
+    The caller holds the model's lock: this reads and writes its config."""
+    version = staged.manifest.model_version
+    if callable(overrides):
+        overrides = overrides(name, version)
+    directory = repository / name
+    if (directory / CONFIG).is_file():
+        config = read_config(directory)
+        versions = versions_of(config)
+        if versions is None:
+            raise ArchiveError(f"'{name}' is the name of a model that is no archive's")
+        if version in versions:
+            raise VersionTaken(f"Model version {version} is already registered for model {name}")
+        if overrides.model_wide():
+            raise ArchiveError(
+                f"model {name} has its settings from its first version (batch size, batch "
+                "delay, workers and response timeout are per model here): register this "
+                "version without them, or scale the model"
+            )
+        created = False
+    elif directory.exists():
+        raise ArchiveError(f"'{name}' is the name of a directory in the model repository")
+    else:
+        config = model_config(name, staged.settings, defaults, staged.source.name, overrides)
+        versions, created = {}, True
+        directory.mkdir()
+    try:
+        number = str(max((int(n) for n in versions.values()), default=0) + 1)
+        staged.root.rename(directory / number)
+        versions[version] = number
+        config.parameters[VERSIONS].string_value = json.dumps(versions)
+        if overrides.handler:  # this version's, over its manifest's
+            handlers = json.loads(config.parameters[HANDLER].string_value or "{}")
+            handlers[number] = overrides.handler
+            config.parameters[HANDLER].string_value = json.dumps(handlers)
+        write_config(directory, config)
+    except BaseException:
+        if created:  # a name no model holds stays free
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    workers = config.instance_group[0].count
+    return StoredModel(name, version, directory, staged.settings, workers, number)
+
+
 def add_archive(
     source: Path, repository: Path, defaults: Defaults, name: str | None = None,
     overrides: Overrides | Callable[[str, str], Overrides] = Overrides(),
 ) -> StoredModel:  # fmt: skip
-    """Unpack `source` as model `name` (by default the manifest's model name, else the
-    file's) into `repository`: a new model, or a new version of a model of its archives.
-    A version the model holds already is VersionTaken; nothing is replaced. `overrides`
-    may depend on the model's name and version (config.properties' `models`)."""
-    staging = repository / f".unpacking-{archive_stem(source)}"
-    shutil.rmtree(staging, ignore_errors=True)
-    root = unpack(source, staging)
+    """stage_archive and place_archive at once, for a repository no one serves yet."""
+    staged = stage_archive(source, repository)
     try:
-        manifest = read_manifest(root)
-        name = name or manifest.model_name or archive_stem(source)
-        if not name.replace("_", "").replace("-", "").isalnum():
-            raise ArchiveError(f"model name '{name}' may hold only letters, digits, - and _")
-        directory = repository / name
-        settings = read_model_config(root, manifest)
-        if (directory / CONFIG).is_file():
-            config = read_config(directory)
-            versions = versions_of(config)
-            if versions is None:
-                raise ArchiveError(f"'{name}' is the name of a model that is no archive's")
-            if manifest.model_version in versions:
-                raise VersionTaken(
-                    f"Model version {manifest.model_version} is already registered for model {name}"
-                )
-        elif directory.exists():
-            raise ArchiveError(f"'{name}' is the name of a directory in the model repository")
-        else:
-            if callable(overrides):
-                overrides = overrides(name, manifest.model_version)
-            config = model_config(name, settings, defaults, source.name, overrides)
-            versions = {}
-            directory.mkdir()
-        number = str(max((int(n) for n in versions.values()), default=0) + 1)
-        root.rename(directory / number)
-        versions[manifest.model_version] = number
-        config.parameters[VERSIONS].string_value = json.dumps(versions)
-        write_config(directory, config)
-        workers = config.instance_group[0].count
-        return StoredModel(name, manifest.model_version, directory, settings, workers)
+        return place_archive(staged, repository, defaults, staged.name(name), overrides)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staged.discard()
 
 
-def remove_version(directory: Path, version: str) -> dict[str, str]:
-    """Forget TorchServe version `version` of the model in `directory` and delete its
-    files; the versions left. Call it once the version no longer serves."""
+def forget_version(directory: Path, version: str) -> str:
+    """Take TorchServe version `version` out of the model's config; its repository
+    number, whose directory the caller deletes once the version no longer serves."""
     config = read_config(directory)
     versions = versions_of(config) or {}
     number = versions.pop(version)
     config.parameters[VERSIONS].string_value = json.dumps(versions)
+    if HANDLER in config.parameters:
+        handlers = json.loads(config.parameters[HANDLER].string_value or "{}")
+        handlers.pop(number, None)
+        config.parameters[HANDLER].string_value = json.dumps(handlers)
     write_config(directory, config)
-    shutil.rmtree(directory / number, ignore_errors=True)
-    return versions
+    return number
 
 
 def set_workers(directory: Path, workers: int) -> mc.ModelConfig:

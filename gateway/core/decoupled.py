@@ -74,6 +74,23 @@ class ResponseStreams:
             closed.cancel()
 
 
+async def next_or_end(
+    getting: asyncio.Future, running: asyncio.Future, idle_timeout_s: float, model: str
+) -> bool:
+    """Whether the next response came (else the run ended first); Unavailable when
+    neither happens within the idle timeout: the model went quiet."""
+    waiting = {getting} if running.done() else {getting, running}
+    done, _ = await asyncio.wait(
+        waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
+    )
+    if not done:
+        raise Unavailable(
+            f"model '{model}' sent no response for {idle_timeout_s:g} s and no final one; "
+            "the stream for this request is closed"
+        )
+    return getting in done
+
+
 async def stream_responses(
     request: InferRequest,
     streams: ResponseStreams,
@@ -98,16 +115,7 @@ async def stream_responses(
                 raise running.exception()  # execute() failed: no response will come
             if getting is None:
                 getting = asyncio.ensure_future(queue.get())
-            waiting = {getting} if running.done() else {getting, running}
-            done, _ = await asyncio.wait(
-                waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done:
-                raise Unavailable(
-                    f"model '{model}' sent no response for {idle_timeout_s:g} s and no "
-                    "final one; the stream for this request is closed"
-                )
-            if getting not in done:
+            if not await next_or_end(getting, running, idle_timeout_s, model):
                 continue  # execute() returned: its failure, if any, is raised above
             sent, getting = getting.result(), None
             if sent.error is not None:  # (error class name, message)

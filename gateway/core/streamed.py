@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from accel_base.errors import GatewayError, Unavailable
-from gateway.core.decoupled import ResponseStreams, Sent
+from accel_base.errors import GatewayError
+from gateway.core.decoupled import ResponseStreams, Sent, next_or_end
 from gateway.core.inference import InferRequest, InferResponse, Tensor
 from gateway.core.scheduling.per_request import failure_error
 
@@ -39,21 +39,12 @@ async def stream_answers(
         while True:
             if getting is None:
                 getting = asyncio.ensure_future(queue.get())
-            waiting = {getting} if running.done() else {getting, running}
             if running.done() and queue.empty():
                 answer = running.result()  # its failure, if it failed, is the stream's
                 if answer.outputs:  # answered through the batch: nothing was sent early
                     yield answer
                     return
-            done, _ = await asyncio.wait(
-                waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done:
-                raise Unavailable(
-                    f"model '{request.model_name}' sent no response for {idle_timeout_s:g} s "
-                    "and no answer; the stream for this request is closed"
-                )
-            if getting not in done:
+            if not await next_or_end(getting, running, idle_timeout_s, request.model_name):
                 continue  # the batch ended: its answer, or the rest of the early ones
             sent, getting = getting.result(), None
             if sent.error is not None:

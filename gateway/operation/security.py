@@ -122,13 +122,14 @@ def management_enabled(model_control_mode: str, allow_shared_memory: bool) -> bo
 
 
 def check_management_exposure(
-    host: str, admin_token: str | None, enabled: bool, allow_unauthenticated: bool
-) -> None:
+    host: str, admin_token: str | None, enabled: bool, allow_unauthenticated: bool,
+    where: str = "--host",
+) -> None:  # fmt: skip
     """Refuse to offer management calls without the admin token beyond this machine."""
     if admin_token or allow_unauthenticated or not enabled or is_loopback(host):
         return
     raise ConfigError(
-        f"--host {host} is reachable from other machines, and management calls (model load "
+        f"{where} {host} is reachable from other machines, and management calls (model load "
         "and unload, shared-memory registration) would need no token: give --admin-token "
         "TOKEN, listen on 127.0.0.1, or pass --allow-unauthenticated-management if every "
         "client that can reach this address may manage the server"

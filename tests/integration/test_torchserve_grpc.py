@@ -257,7 +257,7 @@ def test_register_describe_list_scale_set_default_and_unregister(gateway, ts):
         "registered", "1.0", 1,
     )  # fmt: skip
     listed = json.loads(msg("ListModels", pb.ListModelsRequest()))
-    names = ["digits", "failing", "function", "registered"]
+    names = ["digits", "failing", "function", "registered", "streaming"]
     assert [model["modelName"] for model in listed["models"]] == names
     page = json.loads(msg("ListModels", pb.ListModelsRequest(limit=1, next_page_token=1)))
     assert page == {"nextPageToken": "2", "models": [{"modelName": "failing",

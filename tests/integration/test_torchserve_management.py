@@ -199,7 +199,8 @@ def test_registration_refusals(gateway, store):
                 "nope.mar"):  # fmt: skip
         assert error(m.post("/models", params={"url": url})) == (404, "ModelNotFoundException")
     # No URL is fetched unless allowed_urls lists it (this server lists none).
-    assert error(m.post("/models", params={"url": "http://127.0.0.1:9/a.mar"}))[0] == 400
+    never = m.post("/models", params={"url": "http://127.0.0.1:9/a.mar"})
+    assert error(never) == (400, "ModelException") and "allowed" in never.json()["message"]
     unknown = m.post("/models", params={"url": "function.mar", "colour": "red"})
     assert unknown.status_code == 400 and "colour" in unknown.json()["message"]
     assert m.post("/models", params={"url": "function.mar"}).status_code == 200
@@ -227,6 +228,12 @@ class _ArchiveHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self.asked.append(self.path)
+        if self.path.endswith("/moved.mar"):  # to a URL the list does not allow
+            self.send_response(302)
+            self.send_header("location", "/elsewhere/function.mar")
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
         self.send_response(200)
         self.send_header("content-length", str(len(self.archive)))
         self.end_headers()
@@ -274,6 +281,10 @@ def test_allowed_urls_are_fetched(store, tmp_path):
         assert process.poll() is None, (tmp_path / "log").read_text()
         refused = m.post("/models", params={"url": f"{base}/elsewhere/function.mar"})
         assert refused.status_code == 400 and "allowed" in refused.json()["message"]
+        moved = m.post("/models", params={"url": f"{base}/archives/moved.mar"})
+        assert moved.status_code == 400 and "redirects" in moved.json()["message"]
+        assert _ArchiveHandler.asked == ["/archives/moved.mar"]  # never where it led
+        _ArchiveHandler.asked.clear()
         reply = m.post("/models", params={"url": f"{base}/archives/function.mar",
                                           "initial_workers": 1, "synchronous": "true"})  # fmt: skip
         assert reply.status_code == 200, reply.text
@@ -286,3 +297,30 @@ def test_allowed_urls_are_fetched(store, tmp_path):
         process.terminate()
         process.wait(60)
         web.shutdown()
+
+
+def test_with_an_admin_token_the_management_port_needs_it(store, tmp_path):
+    """`serve --admin-token` guards model control on every front: TorchServe's management
+    port takes the token as its key; inference needs none, as V2's."""
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    *ports, inference, management = free_ports(5)
+    server = start_gateway(
+        repository, "--model-control-mode", "explicit", "--admin-token", "s3cret",
+        "--torchserve-port", str(inference), "--torchserve-management-port", str(management),
+        "--torchserve-model-store", str(store), log_path=tmp_path / "gateway.log",
+        ports=tuple(ports), timeout_s=180,
+    )  # fmt: skip
+    try:
+        m = httpx.Client(base_url=f"http://127.0.0.1:{management}", timeout=300)
+        params = {"url": "function.mar", "initial_workers": 1, "synchronous": "true"}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            refused = m.post("/models", params=params, headers=headers)
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["type"] == "InvalidKeyException"
+        token = {"Authorization": "Bearer s3cret"}
+        assert m.post("/models", params=params, headers=token).status_code == 200
+        answer = httpx.post(f"http://127.0.0.1:{inference}/predictions/function", content=b"a")
+        assert answer.text == "a||1"
+    finally:
+        assert server.stop() == 0, server.log()

@@ -49,14 +49,14 @@ SEQUENCES_UNSERVED = (
 
 def add_torchserve_inference(server: Any, core: Core, models: TorchServeModels,
                              auth: Auth) -> None:  # fmt: skip
-    """`auth`: whose inference key calls must send (Keys, or one key); None: none."""
+    """`auth`: whose inference key calls must send (keys.py); None: none."""
     pb_grpc.add_InferenceAPIsServiceServicer_to_server(
         InferenceServicer(core, models, auth), server
     )
 
 
 def add_torchserve_management(server: Any, management: Management, auth: Auth) -> None:
-    """`auth`: whose management key calls must send (Keys, or one key); None: none."""
+    """`auth`: whose management key (or admin token) calls must send; None: none."""
     management_pb_grpc.add_ManagementAPIsServiceServicer_to_server(
         ManagementServicer(management, auth), server
     )

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import grpc
 
 from accel_base.errors import GatewayError, HandlerFailed, InvalidArgument
-from gateway.protocols.torchserve.keys import Keys
+from gateway.protocols.torchserve.keys import KeyCheck
 from gateway.protocols.torchserve.replies import TOKEN_FAILED, TsError
 
 # Who may call: the server's Keys (the live ones: POST /token renews them, and they
-# expire), one fixed key, or None (token authorization off).
-Auth = Keys | None
+# expire), the admin token (AdminKey, for management), or None (no key asked for).
+Auth = KeyCheck | None
 
 # TorchServe's HTTP status -> gRPC code (its GRPCUtils); other 4xx FAILED_PRECONDITION,
 # other 5xx INTERNAL.

@@ -18,9 +18,36 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 KINDS = ("management", "inference")
 KEY_FILE = "key_file.json"
+
+
+class KeyCheck(Protocol):
+    def check(self, kind: str, header: bytes | str | None) -> bool:
+        """Whether `header` (an Authorization header's value) opens the API `kind`."""
+        ...
+
+
+def _bearer(header: bytes | str | None) -> str | None:
+    if header is None:
+        return None
+    text = header.decode("latin-1") if isinstance(header, bytes) else header
+    scheme, _, given = text.partition(" ")
+    return given.strip() if scheme.lower() == "bearer" else None
+
+
+class AdminKey:
+    """Without TorchServe's keys (`accel-gateway serve`), the management fronts take the
+    server's --admin-token, as its V2 model control does: they manage the same models."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def check(self, kind: str, header: bytes | str | None) -> bool:
+        given = _bearer(header)
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
 
 def _new_key() -> str:
@@ -50,19 +77,14 @@ class Keys:
     def check(self, kind: str, header: bytes | str | None) -> bool:
         """Whether `header` (the Authorization header's value) carries the live key of
         `kind` ("inference", "management" or "API")."""
-        if header is None:
-            return False
-        text = header.decode("latin-1") if isinstance(header, bytes) else header
-        scheme, _, given = text.partition(" ")
-        if scheme.lower() != "bearer":
+        given = _bearer(header)
+        if given is None:
             return False
         if kind == "API":
             expected, expires = self.api_key, float("inf")
         else:
             expected, expires = self._keys[kind]
-        return hmac.compare_digest(given.strip().encode(), expected.encode()) and (
-            self._clock() < expires
-        )
+        return hmac.compare_digest(given.encode(), expected.encode()) and (self._clock() < expires)
 
     def renew(self, kind: str) -> None:
         """A new key of `kind` (the old one stops working), written to the key file."""

@@ -5,13 +5,13 @@ its gRPC front alike: each returns (status, the JSON TorchServe answers) or rais
   matches `allowed_urls`; nothing else is read or fetched) is unpacked into the model
   repository as a model or a new version of one (backends/torchserve/store.py) and
   loaded with `initial_workers` instances, each a worker process; 0 registers it unloaded.
-- scale: `min_worker` instances (the pool does not grow between min and max: TorchServe's
-  own autoscaling is off by default too); 0 unloads, the files stay.
+- scale (scaling.py): `min_worker` instances; 0 unloads, the files stay.
 - describe, list, unregister, set-default as TorchServe's.
 
-A model's instances are per model, not per version (a Triton config is per model): scaling
-one version scales them all, and a new version reloads the model, whose versions already
-serving go on serving meanwhile.
+Every change to a model is made under its lock, and a change that fails half way is
+undone (snapshot.py): a version that cannot load leaves no trace, and the versions that
+served go on serving. A model's instances are per model, not per version (a Triton config
+is per model): a new version reloads the model, whose versions serving go on meanwhile.
 """
 
 from __future__ import annotations
@@ -19,52 +19,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from pathlib import Path
 from typing import Any
 
-from accel_base.errors import GatewayError
 from backends.torchserve.archive import ArchiveError
 from backends.torchserve.store import (
     Overrides,
     StoredModel,
     VersionTaken,
-    add_archive,
-    read_config,
-    remove_version,
+    forget_version,
+    place_archive,
     set_workers,
+    stage_archive,
 )
 from gateway.core.interface import Core
 from gateway.protocols.torchserve.archives_in import fetch_archive
 from gateway.protocols.torchserve.describe import describe_versions
 from gateway.protocols.torchserve.models import TorchServeModels, version_not_found
+from gateway.protocols.torchserve.numbers import flag, whole
 from gateway.protocols.torchserve.replies import NOT_ALLOWED, TsError
+from gateway.protocols.torchserve.scaling import Scaling
+from gateway.protocols.torchserve.snapshot import Snapshot
 
 log = logging.getLogger("accel_gateway")
 Reply = tuple[int, Any]
 PROCESSING = {"status": "Processing worker updates..."}
 
 
-def _whole(value: str | None, name: str, default: int | None) -> int | None:
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise TsError(400, f"Invalid parameter {name}: {value} is not a whole number") from None
-    if number < 0:
-        raise TsError(400, f"Invalid parameter {name}: {value} must not be negative")
-    return number
-
-
-def _flag(value: str | None, default: bool) -> bool:
-    return default if value is None else value.lower() == "true"
-
-
-class Management:
+class Management(Scaling):
     def __init__(self, core: Core, models: TorchServeModels) -> None:
-        self.core, self.models = core, models
-        self._tasks: set[asyncio.Task] = set()  # asynchronous worker updates in flight
-        self._registering = asyncio.Lock()  # one archive unpacked at a time: names clash
+        super().__init__(core, models)
         self._warned = False  # the model API's refusal is logged once
 
     # ---- register and unregister ------------------------------------------------------
@@ -78,54 +61,78 @@ class Management:
         if params.get("runtime", "python") not in ("python", "python3"):
             raise TsError(400, f"runtime {params['runtime']}: only Python handlers are served")
         overrides = Overrides(
-            batch_size=_whole(params.get("batch_size"), "batch_size", None),
-            max_batch_delay_ms=_whole(params.get("max_batch_delay"), "max_batch_delay", None),
-            workers=None,
+            batch_size=whole(params, "batch_size"),
+            max_batch_delay_ms=whole(params, "max_batch_delay"),
             handler=params.get("handler") or None,
-            response_timeout_s=_whole(params.get("response_timeout"), "response_timeout", None),
+            response_timeout_s=whole(params, "response_timeout"),
         )
-        workers = _whole(params.get("initial_workers"), "initial_workers", 0) or 0
-        synchronous = _flag(params.get("synchronous"), True)
+        workers = whole(params, "initial_workers") or 0
+        synchronous = flag(params.get("synchronous"), True)
         async with fetch_archive(url, models) as source:
             try:
-                async with self._registering:
-                    stored = await asyncio.to_thread(
-                        add_archive, source, models.repository, models.defaults,
-                        params.get("model_name") or None, overrides,
-                    )  # fmt: skip
-            except VersionTaken as exc:
-                raise TsError(409, str(exc), "ConflictStatusException") from None
+                staged = await asyncio.to_thread(stage_archive, source, models.repository)
             except ArchiveError as exc:
                 raise TsError(400, f"{url}: {exc}", "ModelException") from None
-        models.urls[(stored.name, stored.version)] = url
-        registered = f'Model "{stored.name}" Version: {stored.version} registered with'
-        if workers == 0:
-            if stored.name in await self.core.loaded_models():  # a new version: served too
-                await self._reload(stored.name)
-            return 200, {"status": f"{registered} 0 initial workers. Use scale workers API "
-                                   "to add workers for the model."}  # fmt: skip
-        await asyncio.to_thread(set_workers, stored.directory, workers)
-        if not synchronous:
-            self._in_background(self._load_new(stored))
-            return 202, PROCESSING
-        await self._load_new(stored)
-        return 200, {"status": f"{registered} {workers} initial workers"}
-
-    async def _load_new(self, stored: StoredModel) -> None:
         try:
-            await self._reload(stored.name)
-        except GatewayError:
-            # A version that cannot load is not left registered (TorchServe's register fails whole).
-            await asyncio.to_thread(self._forget_version, stored.directory, stored.version)
-            raise
+            name = staged.name(params.get("model_name") or None)
+            lock = models.lock(name)
+            await lock.acquire()  # released here, or by the load that goes on after a 202
+            later = False
+            try:
+                snapshot = await Snapshot.take(self.core, models.repository, name)
+                try:
+                    stored = await asyncio.to_thread(
+                        place_archive, staged, models.repository, models.defaults, name,
+                        overrides,
+                    )  # fmt: skip
+                except VersionTaken as exc:
+                    raise TsError(409, str(exc), "ConflictStatusException") from None
+                snapshot.added = stored.directory / stored.number
+                models.urls[(stored.name, stored.version)] = url
+                status = _registered(stored, workers)
+                if workers:
+                    await asyncio.to_thread(set_workers, stored.directory, workers)
+                elif not snapshot.loaded:
+                    return 200, {"status": status}
+                if not synchronous and workers:
+                    later = True
+                    self._in_background(self._load_later(snapshot, lock))
+                    return 202, PROCESSING
+                await self._load_or_undo(snapshot)  # a new version of a loaded model too
+                return 200, {"status": status}
+            finally:
+                if not later:
+                    lock.release()
+        except ArchiveError as exc:
+            raise TsError(400, f"{url}: {exc}", "ModelException") from None
+        finally:
+            staged.discard()
 
-    def _forget_version(self, directory: Path, version: str) -> None:
-        if not remove_version(directory, version):
-            shutil.rmtree(directory, ignore_errors=True)
+    async def _load_or_undo(self, snapshot: Snapshot) -> None:
+        """Load the model as its files now say (under its lock), or put it back."""
+        try:
+            await self.core.load_model(snapshot.name, self.models.admin_token)
+        except BaseException:
+            # A version that cannot load is not left registered (TorchServe's register
+            # fails whole), and what served before serves again.
+            await snapshot.restore(self.core, self.models.admin_token)
+            raise
+        self.models.mark_started(snapshot.name)
+
+    async def _load_later(self, snapshot: Snapshot, lock: asyncio.Lock) -> None:
+        """A registration's load after its 202, holding the lock the registration took."""
+        try:
+            await self._load_or_undo(snapshot)
+        except Exception as exc:
+            log.warning("TorchServe management: model '%s' could not load and was not "
+                        "registered: %s", snapshot.name, exc)  # fmt: skip
+        finally:
+            lock.release()
 
     async def unregister(self, name: str, version: str = "") -> Reply:
         models = self.models
         self._check_model_api()
+        models.versions(name)  # ModelNotFound before anything is held for the name
         async with models.lock(name):
             versions = models.versions(name)
             version = version or models.default_version(name, versions)
@@ -137,17 +144,18 @@ class Management:
                     "InvalidModelVersionException",
                 )  # fmt: skip
             directory = models.repository / name
-            loaded = name in await self.core.loaded_models()
             if len(versions) == 1:
-                if loaded:
+                if name in await self.core.loaded_models():
                     await self.core.unload_model(name, models.admin_token)
                 await asyncio.to_thread(shutil.rmtree, directory, True)
-                models.default_versions.pop(name, None)
-                models.started.pop(name, None)
+                models.forget(name)
             else:
-                await asyncio.to_thread(remove_version, directory, version)
-                if loaded:  # the version's instances end; the others go on serving
-                    await self.core.load_model(name, models.admin_token)
+                snapshot = await Snapshot.take(self.core, models.repository, name)
+                number = await asyncio.to_thread(forget_version, directory, version)
+                if snapshot.loaded:  # its instances end; the other versions go on serving
+                    await self._load_or_undo(snapshot)
+                # Its files go only once no worker of it runs there.
+                await asyncio.to_thread(shutil.rmtree, directory / number, True)
             models.urls.pop((name, version), None)
         return 200, {"status": f'Model "{name}" unregistered'}
 
@@ -163,70 +171,21 @@ class Management:
                         "enable_model_api=true in config.properties)")  # fmt: skip
         raise TsError(405, NOT_ALLOWED, "MethodNotAllowedException")
 
-    # ---- workers ----------------------------------------------------------------------
-
-    async def scale(self, name: str, version: str, params: dict[str, str]) -> Reply:
-        models = self.models
-        versions = models.versions(name)
-        if version and version not in versions:
-            raise version_not_found(name, version)
-        least = _whole(params.get("min_worker"), "min_worker", 1) or 0
-        most = _whole(params.get("max_worker"), "max_worker", least)
-        if most is not None and most < least:
-            raise TsError(400, "max_worker cannot be less than min_worker.")
-        if params.get("number_gpu") not in (None, "", "0"):
-            raise TsError(400, "number_gpu: this server places models by memory itself")
-        synchronous = _flag(params.get("synchronous"), False)
-        work = self._scale(name, least)
-        if not synchronous:
-            self._in_background(work)
-            return 202, PROCESSING
-        await work
-        shown = f", version: {version}" if version else ""
-        return 200, {"status": f"Workers scaled to {least} for model: {name}{shown}"}
-
-    async def _scale(self, name: str, workers: int) -> None:
-        models = self.models
-        async with models.lock(name):
-            loaded = name in await self.core.loaded_models()
-            if workers == 0:
-                if loaded:
-                    await self.core.unload_model(name, models.admin_token)
-                return
-            config = await asyncio.to_thread(read_config, models.repository / name)
-            if loaded and config.instance_group[0].count == workers:
-                return
-            await asyncio.to_thread(set_workers, models.repository / name, workers)
-            await self._reload(name, locked=True)
-
-    async def _reload(self, name: str, locked: bool = False) -> None:
-        if not locked:
-            async with self.models.lock(name):
-                return await self._reload(name, locked=True)
-        await self.core.load_model(name, self.models.admin_token)
-        self.models.mark_started(name)
-
-    def _in_background(self, work: Any) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-
-        def done(finished: asyncio.Task) -> None:
-            self._tasks.discard(finished)
-            if not finished.cancelled() and finished.exception() is not None:
-                log.warning("TorchServe management: a worker update failed: %s",
-                            finished.exception())  # fmt: skip
-
-        task.add_done_callback(done)
-
     # ---- reading ----------------------------------------------------------------------
 
     async def list(self, limit: str | None, token: str | None) -> Reply:
-        count = _whole(limit, "limit", 100) or 100
-        start = _whole(token, "next_page_token", 0) or 0
-        names = self.models.registered()
+        count = whole({"limit": limit or ""}, "limit") or 100
+        start = whole({"next_page_token": token or ""}, "next_page_token") or 0
+        models = self.models
+        names = await asyncio.to_thread(models.registered)
         page = names[start : start + count]
-        listed = [{"modelName": n, "modelUrl": self.models.url(n, self.models.default_version(
-            n, self.models.versions(n)))} for n in page]  # fmt: skip
+        listed = []
+        for name in page:
+            try:
+                url = models.url(name, models.default_version(name, models.versions(name)))
+            except TsError:  # unregistered meanwhile
+                continue
+            listed.append({"modelName": name, "modelUrl": url})
         answer: dict[str, Any] = {}
         if len(page) == count:  # a full page: TorchServe gives a token, more or not
             answer["nextPageToken"] = str(start + count)
@@ -246,3 +205,10 @@ class Management:
         return 200, {
             "status": f'Default version successfully updated for model "{name}" to "{version}"'
         }
+
+
+def _registered(stored: StoredModel, workers: int) -> str:
+    said = f'Model "{stored.name}" Version: {stored.version} registered with {workers} '
+    if workers:
+        return said + "initial workers"
+    return said + "initial workers. Use scale workers API to add workers for the model."

@@ -16,7 +16,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, unquote
 
 from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
-from gateway.protocols.torchserve.keys import KINDS, Keys
+from gateway.protocols.torchserve.keys import KINDS, KeyCheck, Keys
 from gateway.protocols.torchserve.management import Management, Reply
 from gateway.protocols.torchserve.openapi import MANAGEMENT, description
 from gateway.protocols.torchserve.replies import (
@@ -84,9 +84,9 @@ async def route(management: Management, scope: Scope) -> Reply:
 TOKEN_API_FAILED = TOKEN_FAILED.replace("Authorization", "Authentication")  # its words
 
 
-async def renew_key(scope: Scope, keys: Keys | None) -> Reply:
+async def renew_key(scope: Scope, keys: KeyCheck | None) -> Reply:
     """`POST /token?type=management|inference` with the API key: a new key of that type."""
-    if keys is None:
+    if not isinstance(keys, Keys):
         raise TsError(404, NOT_FOUND, "ResourceNotFoundException")  # no keys: no token API
     if not keys.check("API", dict(scope["headers"]).get(b"authorization")):
         raise TsError(400, TOKEN_API_FAILED, "InvalidKeyException")
@@ -97,8 +97,9 @@ async def renew_key(scope: Scope, keys: Keys | None) -> Reply:
     return 200, None
 
 
-def create_management_app(management: Management, keys: Keys | None = None) -> ASGIApp:
-    """`keys`: whose management key clients must send (key_file.json's); None: none."""
+def create_management_app(management: Management, keys: KeyCheck | None = None) -> ASGIApp:
+    """`keys`: whose management key clients must send (key_file.json's, or the admin
+    token); None: none."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -74,6 +74,12 @@ class TorchServeModels:
     def mark_started(self, name: str) -> None:
         self.started[name] = time.time()
 
+    def forget(self, name: str) -> None:
+        """What the fronts knew of an unregistered model (its lock stays: a waiter may
+        hold it still)."""
+        self.default_versions.pop(name, None)
+        self.started.pop(name, None)
+
 
 def model_not_found(name: str) -> TsError:
     return TsError(404, f"Model not found: {name}", "ModelNotFoundException")

@@ -9,7 +9,7 @@ import orjson
 
 from accel_base.errors import GatewayError, HandlerFailed
 from gateway.protocols.http.infer_route import Scope, Send, respond
-from gateway.protocols.torchserve.keys import Keys
+from gateway.protocols.torchserve.keys import KeyCheck
 
 # TorchServe's exception names, by status.
 _TYPES = {
@@ -68,7 +68,7 @@ async def ts_error(
     await respond(send, status, body, headers)
 
 
-def authorized(scope: Scope, keys: Keys | None, kind: str) -> bool:
+def authorized(scope: Scope, keys: KeyCheck | None, kind: str) -> bool:
     """TorchServe's token authorization: `Authorization: Bearer <the key of `kind`>`;
     `keys` None: off."""
     return keys is None or keys.check(kind, dict(scope["headers"]).get(b"authorization"))

@@ -107,3 +107,21 @@ def test_loopback_addresses(host):
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "192.0.2.1", "example.com"])
 def test_addresses_other_machines_reach(host):
     assert not is_loopback(host)
+
+
+def test_torchserves_exposed_management_needs_a_token_or_its_keys(tmp_path):
+    """TorchServe's management address manages the same models: beyond loopback it needs
+    TorchServe's keys or the admin token, whatever --host is."""
+    from gateway.operation.security import ConfigError
+    from gateway.protocols.torchserve.keys import Keys
+    from gateway.protocols.torchserve.options import TorchServeOptions
+    from gateway.server import ServerOptions
+
+    exposed = TorchServeOptions(management_port=18081, management_host="0.0.0.0")
+    with pytest.raises(ConfigError, match="TorchServe's management address 0.0.0.0"):
+        ServerOptions(model_repository=tmp_path, torchserve=exposed).check()
+    ServerOptions(model_repository=tmp_path, torchserve=exposed, admin_token="t").check()
+    keyed = TorchServeOptions(management_port=18081, management_host="0.0.0.0", keys=Keys(tmp_path))
+    ServerOptions(model_repository=tmp_path, torchserve=keyed).check()
+    local = TorchServeOptions(management_port=18081, management_host="127.0.0.1")
+    ServerOptions(model_repository=tmp_path, torchserve=local).check()
