@@ -40,6 +40,9 @@ class SideFront:
     make: Callable[[Core, Any], Any]
     grpc: bool = False
     host: str | None = None  # where it listens, when not on the side fronts' host
+    # Whether it takes the server's --tls-cert (SageMaker's platform terminates TLS itself;
+    # TorchServe's fronts carry keys and model control, so they do not go plain).
+    tls: bool = False
 
 
 def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
@@ -60,27 +63,27 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
         fronts.append(SideFront(
             "TorchServe inference", "API (/ping, /predictions)", ts.inference_port,
             lambda core, _: create_inference_app(core, models, body, ts.keys),
-            host=ts.inference_host,
+            host=ts.inference_host, tls=True,
         ))  # fmt: skip
     if ts.management_port is not None:
         fronts.append(SideFront(
             "TorchServe management", "API (/models)", ts.management_port,
             lambda core, _: create_management_app(management(core), managing),
-            host=ts.management_host,
+            host=ts.management_host, tls=True,
         ))  # fmt: skip
     if ts.grpc_inference_port is not None:
         fronts.append(SideFront(
             "TorchServe gRPC inference", "InferenceAPIsService", ts.grpc_inference_port,
             lambda core, server: add_torchserve_inference(
                 server, core, models, ts.keys),
-            grpc=True, host=ts.inference_host,
+            grpc=True, host=ts.inference_host, tls=True,
         ))  # fmt: skip
     if ts.grpc_management_port is not None:
         fronts.append(SideFront(
             "TorchServe gRPC management", "ManagementAPIsService", ts.grpc_management_port,
             lambda core, server: add_torchserve_management(
                 server, management(core), managing),
-            grpc=True, host=ts.management_host,
+            grpc=True, host=ts.management_host, tls=True,
         ))  # fmt: skip
     return fronts
 
@@ -100,8 +103,8 @@ def side_fronts(options: Any) -> list[SideFront]:
 
 class SideServers:
     """`bind()` every side front's port (a port in use: one clear OSError, nothing left
-    bound), `start()` their servers, `stop()` them. They serve plain HTTP: SageMaker's
-    platform terminates TLS itself, and TorchServe's clients are on its host."""
+    bound), `start()` their servers, `stop()` them. With --tls-cert, TorchServe's fronts
+    serve TLS as V2's do; SageMaker's stays plain HTTP (its platform terminates TLS)."""
 
     def __init__(self, fronts: list[SideFront], host: str) -> None:
         self.fronts, self.host = fronts, host
@@ -126,6 +129,8 @@ class SideServers:
     async def start(self, core: Core, options: Any) -> None:
         limits = options.limits
         for front, sock in zip(self.fronts, self.sockets, strict=True):
+            # A context of its own each: the gRPC server sets its ALPN on it.
+            context = options.tls.ssl_context() if front.tls and options.tls else None
             if front.grpc:
                 server = H2Server(
                     max_message_bytes=options.max_body_bytes,
@@ -134,10 +139,10 @@ class SideServers:
                     read_timeout_s=limits.read_timeout_s,
                 )  # fmt: skip
                 front.make(core, server)
-                await server.start(sock, None)
+                await server.start(sock, context)
                 self.grpc_servers.append(server)
             else:
-                uvicorn = uvicorn_server(front.make(core, options), limits)
+                uvicorn = uvicorn_server(front.make(core, options), limits, context)
                 self.servers.append(uvicorn)
                 self.tasks.append(asyncio.create_task(uvicorn.serve(sockets=[sock])))
             host = front.host or self.host

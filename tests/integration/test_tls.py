@@ -73,8 +73,8 @@ def client_context(files: Files, cert: Path | None = None, key: Path | None = No
 
 @pytest.fixture(scope="module")
 def tls_ports() -> list[int]:
-    """HTTP, gRPC, metrics and SageMaker's port: four that differ."""
-    return free_ports(4)
+    """HTTP, gRPC, metrics, SageMaker's and TorchServe's port: five that differ."""
+    return free_ports(5)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +92,7 @@ def tls_server(
         repository,
         *("--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)),
         *("--sagemaker", "--sagemaker-port", str(sagemaker_port)),
+        *("--torchserve-port", str(tls_ports[4])),
         log_path=tmp_path_factory.mktemp("tls-logs") / "gateway.log",
         ports=tuple(tls_ports[:3]),
     )
@@ -248,3 +249,15 @@ def test_the_health_command_reads_the_servers_own_tls_options(tls_server, mtls_s
     stranger = ["--client-cert", str(pki.stranger_cert), "--client-key", str(pki.stranger_key)]
     assert main(["health", "--pid", pid, *stranger]) == 1
     assert "did not answer" in capsys.readouterr().err
+
+
+def test_torchserves_fronts_take_the_servers_tls(pki, tls_server, tls_ports):
+    """TorchServe's fronts carry keys and model control: with --tls-cert they serve TLS
+    as V2 does (SageMaker's port stays plain: its platform terminates TLS)."""
+    import httpx
+
+    url = f"https://127.0.0.1:{tls_ports[4]}/ping"
+    answer = httpx.get(url, verify=client_context(pki), timeout=30)
+    assert answer.status_code == 200 and answer.json() == {"status": "Healthy"}
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{tls_ports[4]}/ping", timeout=30)
