@@ -18,10 +18,9 @@ import tritonclient.http as httpclient
 
 pytest.importorskip("ts")
 
-from conftest import wait_until  # noqa: E402
-
 from gateway.launch import GatewayProcess, free_ports, start_gateway  # noqa: E402
 from models.torchserve.archives import build_archive  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
 
 
 class Gateway:
