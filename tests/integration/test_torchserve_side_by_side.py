@@ -5,6 +5,7 @@ openjdk-17-jre-headless); elsewhere the module is skipped and says why."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,12 +28,14 @@ from models.torchserve.archives import build_archive  # noqa: E402
 TORCHSERVE = str(Path(sys.executable).parent / "torchserve")
 
 
-def wait_until_answering(client: httpx.Client, path: str, timeout_s: float = 240) -> None:
+def wait_until_answering(
+    client: httpx.Client, path: str, body: bytes = b"warm", timeout_s: float = 240
+) -> None:
     """Until `path` answers 200 (TorchServe answers /ping before its workers load)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if client.post(path, content=b"warm").status_code == 200:
+            if client.post(path, content=body).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -92,9 +95,11 @@ def servers(tmp_path_factory) -> Iterator[dict[str, tuple[httpx.Client, httpx.Cl
             for api, key in (("inference", "inference_address"),
                              ("management", "management_address"))
         }  # fmt: skip
-        for client in clients["inference"]:
-            for model in ("function", "failing"):
+        for client in clients["inference"]:  # every model answers: the start is done
+            for model in ("function", "failing", "streaming"):
                 wait_until_answering(client, f"/predictions/{model}")
+            pixels = json.dumps({"pixels": [0.0] * 64}).encode()
+            wait_until_answering(client, "/predictions/digits", pixels)
         yield clients
     finally:
         ours.terminate()

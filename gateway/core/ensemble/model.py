@@ -24,6 +24,7 @@ Resolve = Callable[[str, str], Awaitable[Any]]  # (model, version) -> its ready 
 class EnsembleModel:
     instances: tuple = ()  # it runs nothing itself
     decoupled = False  # one response per request, from its last steps
+    streams = False  # and none before it (gateway/core/streamed.py)
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ def _never_ready(model: str, version: str) -> Any:
 class RouterModel:
     instances: tuple = ()  # it runs nothing itself
     decoupled = False  # its variants answer one response per request
+    streams = False  # nor do they send responses before it (gateway/core/streamed.py)
 
     def __init__(
         self,
