@@ -14,3 +14,6 @@ BODY, RESPONSE, RESPONSE_INFO = "body", "response", "response_info"  # its tenso
 # JSON by the repository's version ({"2": "my_handler:handle"}).
 VERSIONS = "torchserve_versions"
 HANDLER = "torchserve_handler"
+# A version directory's own Python packages: its archive's requirementsFile, installed
+# there (install_py_dep_per_model); its worker puts them on its path, no one else does.
+PACKAGES = ".python-packages"

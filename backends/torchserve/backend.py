@@ -31,7 +31,7 @@ import orjson
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device
 from backends.per_request import Failure, PerRequestBackend, RequestInfo
-from backends.torchserve import BODY, HANDLER, RESPONSE, RESPONSE_INFO, otf
+from backends.torchserve import BODY, HANDLER, PACKAGES, RESPONSE, RESPONSE_INFO, otf
 from backends.torchserve.archive import read_manifest
 from backends.torchserve.forms import body_inputs
 from backends.torchserve.streaming import Intermediate, column, info_json
@@ -75,6 +75,8 @@ class TorchServeBackend(PerRequestBackend):
         # As TorchServe's worker: the archive's directory first on the path (the handler
         # imports its neighbours) and the working directory (handlers open files there).
         sys.path.insert(0, str(artifact))
+        if (artifact / PACKAGES).is_dir():  # its requirementsFile's (store.py installed it)
+            sys.path.insert(1, str(artifact / PACKAGES))
         os.chdir(artifact)
         import ts
 

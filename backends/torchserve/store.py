@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from accel_base.proto import model_config_pb2 as mc
-from backends.torchserve import BODY, HANDLER, RESPONSE, RESPONSE_INFO, VERSIONS
+from backends.torchserve import BODY, HANDLER, PACKAGES, RESPONSE, RESPONSE_INFO, VERSIONS
 from backends.torchserve.archive import (
     ArchiveError,
     Manifest,
@@ -38,6 +40,7 @@ from backends.torchserve.archive import (
 )
 
 CONFIG = "config.pbtxt"
+INSTALL_TIMEOUT_S = 600.0
 
 
 class VersionTaken(ArchiveError):
@@ -55,6 +58,7 @@ class Defaults:
     job_queue_size: int = 100
     response_timeout_s: int = 120  # default_response_timeout
     envelope: str = ""  # service_envelope: json, kserve or kservev2 (ts's own envelopes)
+    install_dependencies: bool = False  # install_py_dep_per_model
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,14 @@ def place_archive(
     `models`); settings are the model's, so a later version may name only its handler.
     The caller holds the model's lock: this reads and writes its config."""
     version = staged.manifest.model_version
+    requirements = staged.manifest.requirements_file
+    if requirements and not defaults.install_dependencies:
+        raise ArchiveError(
+            f"its manifest names a requirementsFile ({requirements}): set "
+            "install_py_dep_per_model=true in config.properties to install it into the "
+            "model's own environment (never the server's), or install those packages into "
+            "the server's environment and archive the model without it"
+        )
     if callable(overrides):
         overrides = overrides(name, version)
     directory = repository / name
@@ -220,6 +232,12 @@ def place_archive(
     try:
         number = str(max((int(n) for n in versions.values()), default=0) + 1)
         staged.root.rename(directory / number)
+        if requirements:
+            try:
+                install_requirements(directory / number, requirements)
+            except BaseException:
+                shutil.rmtree(directory / number, ignore_errors=True)
+                raise
         versions[version] = number
         config.parameters[VERSIONS].string_value = json.dumps(versions)
         if overrides.handler:  # this version's, over its manifest's
@@ -233,6 +251,31 @@ def place_archive(
         raise
     workers = config.instance_group[0].count
     return StoredModel(name, version, directory, staged.settings, workers, number)
+
+
+def install_requirements(version_dir: Path, requirements: str) -> None:
+    """pip installs the archive's requirementsFile into the version's own directory
+    (PACKAGES), run from the version directory so that a requirement naming a file of the
+    archive (`./my.whl`) finds it. What pip fetches, it fetches from its own index."""
+    path = (version_dir / requirements).resolve()
+    if not path.is_relative_to(version_dir.resolve()) or not path.is_file():
+        raise ArchiveError(f"its requirementsFile {requirements} is not a file of the archive")
+    command = [
+        sys.executable, "-m", "pip", "install", "--quiet", "--no-input",
+        "--disable-pip-version-check", "--target", str(version_dir / PACKAGES), "-r", str(path),
+    ]  # fmt: skip
+    try:
+        result = subprocess.run(
+            command, cwd=version_dir, capture_output=True, text=True,
+            timeout=INSTALL_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ArchiveError(
+            f"installing its requirementsFile took over {INSTALL_TIMEOUT_S:g} s"
+        ) from None
+    if result.returncode != 0:
+        said = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise ArchiveError(f"its requirementsFile could not be installed: {' '.join(said)}")
 
 
 def add_archive(

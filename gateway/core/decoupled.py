@@ -34,21 +34,48 @@ class Sent:
     error: tuple[str, str] | None  # (the gateway error class name, the message)
 
 
-class _Stream:
+class Stream:
     def __init__(self) -> None:
         self.queue: asyncio.Queue[Sent] = asyncio.Queue(MAX_QUEUED)
         self.closed = asyncio.Event()
+        self._waiter: asyncio.Future[bool] | None = None  # a reader's, while it waits
+
+    def wake(self) -> None:
+        """Something for the reader: a response, or the end of the request's run."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
+
+    async def wait(self, timeout_s: float, model: str) -> None:
+        """Until wake(); Unavailable when it does not come within `timeout_s`. One future
+        and one timer: cheaper than waiting on a queue's get and a task together."""
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(timeout_s, lambda: waiter.done() or waiter.set_result(False))
+        try:
+            woken = await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if not woken:
+            raise Unavailable(
+                f"model '{model}' sent no response for {timeout_s:g} s and no final one; "
+                "the stream for this request is closed"
+            )
 
 
 class ResponseStreams:
     def __init__(self) -> None:
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, Stream] = {}
         self._tokens = itertools.count(1)
 
     def open(self) -> tuple[str, asyncio.Queue[Sent]]:
-        token = f"s{next(self._tokens)}"
-        stream = self._streams[token] = _Stream()
+        token, stream = self.open_stream()
         return token, stream.queue
+
+    def open_stream(self) -> tuple[str, Stream]:
+        token = f"s{next(self._tokens)}"
+        stream = self._streams[token] = Stream()
+        return token, stream
 
     def close(self, token: str) -> None:
         stream = self._streams.pop(token, None)
@@ -64,6 +91,7 @@ class ResponseStreams:
             return
         if not stream.queue.full():
             stream.queue.put_nowait(sent)
+            stream.wake()
             return
         put = asyncio.ensure_future(stream.queue.put(sent))
         closed = asyncio.ensure_future(stream.closed.wait())
@@ -72,6 +100,7 @@ class ResponseStreams:
         finally:
             put.cancel()
             closed.cancel()
+        stream.wake()
 
 
 async def next_or_end(

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from accel_base.errors import GatewayError
-from gateway.core.decoupled import ResponseStreams, Sent, next_or_end
+from gateway.core.decoupled import ResponseStreams, Sent
 from gateway.core.inference import InferRequest, InferResponse, Tensor
 from gateway.core.scheduling.per_request import failure_error
 
@@ -31,32 +31,29 @@ async def stream_answers(
 ) -> AsyncIterator[InferResponse | GatewayError]:
     """The request's early responses as the model sends them, then its answer (the
     batch's, or the final one sent early); a failed early response comes as its error."""
-    token, queue = streams.open()
+    token, stream = streams.open_stream()
     request.stream = (token, [o.name for o in request.outputs])
-    running = asyncio.ensure_future(run(request))
-    getting: asyncio.Future | None = None
+    running = asyncio.get_running_loop().create_task(run(request))
+    running.add_done_callback(lambda _: stream.wake())
+    queue = stream.queue
     try:
         while True:
-            if getting is None:
-                getting = asyncio.ensure_future(queue.get())
-            if running.done() and queue.empty():
+            while not queue.empty():
+                sent = queue.get_nowait()
+                if sent.error is not None:
+                    yield failure_error(request.model_name, *sent.error)
+                else:
+                    yield _response(request, sent, request.model_version)
+                if sent.final:
+                    await running  # the batch may still be returning; its failure is ours
+                    return
+            if running.done():
                 answer = running.result()  # its failure, if it failed, is the stream's
                 if answer.outputs:  # answered through the batch: nothing was sent early
                     yield answer
                     return
-            if not await next_or_end(getting, running, idle_timeout_s, request.model_name):
-                continue  # the batch ended: its answer, or the rest of the early ones
-            sent, getting = getting.result(), None
-            if sent.error is not None:
-                yield failure_error(request.model_name, *sent.error)
-            else:
-                yield _response(request, sent, request.model_version)
-            if sent.final:
-                await running  # the batch may still be returning; its failure is ours too
-                return
+            await stream.wait(idle_timeout_s, request.model_name)
     finally:
         streams.close(token)
-        if getting is not None:
-            getting.cancel()
         if not running.done():
             running.cancel()

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ pytest.importorskip("ts")
 
 from gateway.launch import free_ports  # noqa: E402
 from models.torchserve.archives import build_archive  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,26 +102,39 @@ def test_start_serves_the_store_with_token_authorization_then_stop_ends_it(store
         httpx.get(f"http://127.0.0.1:{inference}/ping", timeout=5)
 
 
+def foreground(directory: Path, *args: str) -> subprocess.Popen:
+    """`accel-gateway torchserve --start --foreground` with the config in `directory`,
+    without token authorization; its output in directory/out.log."""
+    with open(directory / "out.log", "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gateway", "torchserve", "--start", "--foreground",
+             "--ts-config", "config.properties", "--disable-token-auth", *args],
+            cwd=directory, env={**os.environ, "TMPDIR": str(directory)},
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def answering(port: int, process: subprocess.Popen) -> httpx.Client:
+    """A client of the inference API once /ping says Healthy (every model loaded)."""
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+    def healthy() -> bool:
+        assert process.poll() is None, "the server exited"
+        try:
+            return client.get("/ping").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(healthy, 300, "/ping")
+    return client
+
+
 @pytest.mark.parametrize("models", [["--models", "all"], []])
 def test_foreground_with_token_auth_disabled_serves_all_or_none(store, tmp_path, models):
     inference, _, _ = write_config(tmp_path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "torchserve", "--start", "--foreground",
-         "--model-store", str(store), "--ts-config", "config.properties",
-         "--disable-token-auth", *models],
-        cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    process = foreground(tmp_path, "--model-store", str(store), *models)
     try:
-        client = httpx.Client(base_url=f"http://127.0.0.1:{inference}", timeout=60)
-        for _ in range(600):
-            try:
-                if client.get("/ping").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.stdout.read().decode()
-            time.sleep(0.2)
+        client = answering(inference, process)
         for model in ("function", "other"):  # all, or none until one is registered
             status = client.post(f"/predictions/{model}", content=b"a").status_code
             assert status == (200 if models else 404)
@@ -148,3 +161,29 @@ def test_what_it_cannot_do_is_refused_by_name(store, tmp_path, args, message):
     result = torchserve(*args, "--foreground", cwd=tmp_path, timeout=60)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_a_requirements_file_installs_into_the_models_own_environment(tmp_path):
+    """An archive's requirementsFile (here a wheel it carries) is installed into that
+    model's own directory with install_py_dep_per_model=true, its handler imports it, and
+    the server's environment never sees it; without the key the start says what to set."""
+    store = tmp_path / "store"
+    build_archive("deps", store)
+    inference, _, _ = write_config(tmp_path)
+    refused = torchserve("--start", "--foreground", "--model-store", str(store), "--models",
+                         "deps.mar", "--ts-config", "config.properties",
+                         "--disable-token-auth", cwd=tmp_path, timeout=120)  # fmt: skip
+    assert refused.returncode == 2 and "install_py_dep_per_model=true" in refused.stderr
+    with open(tmp_path / "config.properties", "a") as config:
+        config.write("install_py_dep_per_model=true\n")
+    process = foreground(tmp_path, "--model-store", str(store), "--models", "deps.mar")
+    try:
+        client = answering(inference, process)
+        answer = client.post("/predictions/deps", content=b"x")
+        assert (answer.status_code, answer.text) == (200, "tinydep 42")
+        import importlib.util
+
+        assert importlib.util.find_spec("tinydep") is None  # not in the server's own
+    finally:
+        process.terminate()
+        assert process.wait(60) == 0

@@ -25,6 +25,7 @@ KNOWN = {
     "grpc_management_port", "model_store", "load_models", "models",
     "default_workers_per_model", "job_queue_size", "max_request_size",
     "default_response_timeout", "service_envelope", "token_expiration_min",
+    "install_py_dep_per_model",
     "enable_envvars_config", "disable_token_authorization", "enable_model_api",
     "allowed_urls", "v2_address", "v2_http_port", "v2_grpc_port",
 }  # fmt: skip
@@ -135,6 +136,7 @@ class Properties:
     job_queue_size: int = 100
     default_response_timeout: int = 120  # seconds
     service_envelope: str = ""  # json, kserve or kservev2; "": none
+    install_py_dep_per_model: bool = False  # an archive's requirementsFile, per model
     max_request_size: int = 6553500  # TorchServe's default, bytes
     token_authorization: bool = True
     token_expiration_min: int = 60  # how long an inference or management key lives
@@ -176,6 +178,7 @@ def from_values(values: Mapping[str, str], environ: Mapping[str, str]) -> Proper
     props.default_workers_per_model = _integer(values, "default_workers_per_model", 1) or 1
     props.job_queue_size = _integer(values, "job_queue_size", 100)
     props.default_response_timeout = _integer(values, "default_response_timeout", 120) or 120
+    props.install_py_dep_per_model = _flag(values, "install_py_dep_per_model")
     props.service_envelope = values.get("service_envelope", "").strip()
     if props.service_envelope not in ("", "json", "body", "kserve", "kservev2"):
         raise PropertiesError(

@@ -116,3 +116,17 @@ def test_numbers_past_their_bounds_are_refused_before_anything_changes(served, p
         asyncio.run(management.register({"url": "m2", **params}))
     assert refused.value.http_status == 400 and next(iter(params)) in refused.value.message
     assert versions_of(read_config(repository / "m")) == {"1.0": "1"}
+
+
+def test_an_archive_with_requirements_is_refused_unless_asked_to_install_them(served):
+    _, management, repository = served
+    needs = archive(management.models.model_store / "needs", version="3.0")
+    manifest = json.loads((needs / "MAR-INF" / "MANIFEST.json").read_text())
+    manifest["model"]["requirementsFile"] = "requirements.txt"
+    (needs / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
+    (needs / "requirements.txt").write_text("numpy\n")
+    with pytest.raises(TsError) as refused:
+        asyncio.run(management.register({"url": "needs"}))
+    assert refused.value.http_status == 400
+    assert "install_py_dep_per_model=true" in refused.value.message
+    assert versions_of(read_config(repository / "m")) == {"1.0": "1"}
