@@ -40,6 +40,7 @@ from backends.torchserve.archive import (
 )
 
 CONFIG = "config.pbtxt"
+DEVICE_IDS = "torchserve_device_ids"  # a config parameter: the GPUs, as JSON ([] the CPU)
 INSTALL_TIMEOUT_S = 600.0
 
 
@@ -59,6 +60,7 @@ class Defaults:
     response_timeout_s: int = 120  # default_response_timeout
     envelope: str = ""  # service_envelope: json, kserve or kservev2 (ts's own envelopes)
     install_dependencies: bool = False  # install_py_dep_per_model
+    gpus: int = 0  # number_of_gpu: workers go round robin over GPUs 0..n-1 (0: the CPU)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,10 @@ def model_config(
     # so that the config says what the archive asked for.
     batching.max_queue_delay_microseconds = delay_ms * 1000
     batching.default_queue_policy.max_queue_size = defaults.job_queue_size
-    config.instance_group.add(count=max(workers, 1), kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.parameters[DEVICE_IDS].string_value = json.dumps(
+        _device_ids(settings, defaults, archive)
+    )
+    place_workers(config, max(workers, 1))
     config.version_policy.all.SetInParent()
     if defaults.envelope:  # ts wraps the handler in it (backend.py passes it to the loader)
         config.parameters["envelope"].string_value = defaults.envelope
@@ -127,6 +132,41 @@ def model_config(
         timeout_s = _whole(settings, "responseTimeout", defaults.response_timeout_s, archive)
     config.parameters["worker_run_timeout_s"].string_value = str(max(timeout_s, 1))
     return config
+
+
+def _device_ids(settings: dict[str, Any], defaults: Defaults, archive: str) -> list[int]:
+    """The GPUs a model's workers take turns on: model-config.yaml's deviceIds, else
+    number_of_gpu's 0..n-1; none when its deviceType is cpu."""
+    if str(settings.get("deviceType", "")).lower() == "cpu":
+        return []
+    ids = settings.get("deviceIds")
+    if ids is None:
+        return list(range(defaults.gpus))
+    if not isinstance(ids, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+    ):
+        raise ArchiveError(f"{archive}: model-config.yaml's deviceIds must be GPU numbers >= 0")
+    return ids
+
+
+def place_workers(config: mc.ModelConfig, workers: int) -> None:
+    """`workers` instances, round robin over the model's GPUs as TorchServe hands out
+    gpu_id (worker k on deviceIds[k % n]), each GPU's share one instance group; or one
+    group on the CPU."""
+    ids = json.loads(config.parameters[DEVICE_IDS].string_value or "[]")
+    del config.instance_group[:]
+    if not ids:
+        config.instance_group.add(count=workers, kind=mc.ModelInstanceGroup.KIND_CPU)
+        return
+    for index, gpu in enumerate(ids):
+        share = len(range(index, workers, len(ids)))
+        if share:
+            config.instance_group.add(count=share, kind=mc.ModelInstanceGroup.KIND_GPU,
+                                      gpus=[gpu])  # fmt: skip
+
+
+def workers_of(config: mc.ModelConfig) -> int:
+    return sum(group.count for group in config.instance_group)
 
 
 def versions_of(config: mc.ModelConfig) -> dict[str, str] | None:
@@ -249,7 +289,7 @@ def place_archive(
         if created:  # a name no model holds stays free
             shutil.rmtree(directory, ignore_errors=True)
         raise
-    workers = config.instance_group[0].count
+    workers = workers_of(config)
     return StoredModel(name, version, directory, staged.settings, workers, number)
 
 
@@ -308,6 +348,6 @@ def forget_version(directory: Path, version: str) -> str:
 def set_workers(directory: Path, workers: int) -> mc.ModelConfig:
     """Ask for `workers` instances of the model in `directory` (a reload serves them)."""
     config = read_config(directory)
-    config.instance_group[0].count = workers
+    place_workers(config, workers)
     write_config(directory, config)
     return config

@@ -13,7 +13,7 @@ from typing import Any
 
 from accel_base.errors import NotFound, Unavailable
 from accel_base.proto import model_config_pb2 as mc
-from backends.torchserve.store import read_config
+from backends.torchserve.store import read_config, workers_of
 from gateway.core.interface import Core
 from gateway.protocols.torchserve.inference import predict
 from gateway.protocols.torchserve.models import TorchServeModels, version_not_found
@@ -66,7 +66,7 @@ async def describe_versions(
             raise version_not_found(name, chosen[0])
     config = read_config(models.repository / name)
     loaded = name in await core.loaded_models()
-    workers = config.instance_group[0].count if loaded else 0
+    workers = workers_of(config) if loaded else 0
     batching = config.dynamic_batching
     timeout = config.parameters.get("worker_run_timeout_s")
     gpu = config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
-from backends.torchserve.store import read_config, set_workers
+from backends.torchserve.store import read_config, set_workers, workers_of
 from gateway.core.interface import Core
 from gateway.protocols.torchserve.models import TorchServeModels, version_not_found
 from gateway.protocols.torchserve.numbers import flag, whole
@@ -70,7 +70,7 @@ class Scaling:
                     await self.core.unload_model(name, models.admin_token)
                 return
             config = await asyncio.to_thread(read_config, snapshot.directory)
-            if snapshot.loaded and config.instance_group[0].count == workers:
+            if snapshot.loaded and workers_of(config) == workers:
                 return
             await asyncio.to_thread(set_workers, snapshot.directory, workers)
             try:

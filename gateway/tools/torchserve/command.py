@@ -134,7 +134,7 @@ def _serve(args: argparse.Namespace, props: Properties) -> int:
         defaults = Defaults(
             workers=props.default_workers_per_model, job_queue_size=props.job_queue_size,
             response_timeout_s=props.default_response_timeout, envelope=props.service_envelope,
-            install_dependencies=props.install_py_dep_per_model,
+            install_dependencies=props.install_py_dep_per_model, gpus=props.number_of_gpu,
         )  # fmt: skip
         startup: dict[str, dict[str, str]] = {}
         for name, archive in _models(args.models or props.load_models, store):

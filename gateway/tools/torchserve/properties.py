@@ -25,7 +25,7 @@ KNOWN = {
     "grpc_management_port", "model_store", "load_models", "models",
     "default_workers_per_model", "job_queue_size", "max_request_size",
     "default_response_timeout", "service_envelope", "token_expiration_min",
-    "install_py_dep_per_model",
+    "install_py_dep_per_model", "number_of_gpu",
     "enable_envvars_config", "disable_token_authorization", "enable_model_api",
     "allowed_urls", "v2_address", "v2_http_port", "v2_grpc_port",
 }  # fmt: skip
