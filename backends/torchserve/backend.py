@@ -34,7 +34,7 @@ from backends.per_request import Failure, PerRequestBackend, RequestInfo
 from backends.torchserve import BODY, HANDLER, PACKAGES, RESPONSE, RESPONSE_INFO, otf
 from backends.torchserve.archive import read_manifest
 from backends.torchserve.forms import body_inputs
-from backends.torchserve.streaming import Intermediate, column, info_json
+from backends.torchserve.streaming import NOT_ON_A_STREAM, Intermediate, column, info_json
 
 MAX_MESSAGE_CHARS = 512  # a handler's message, per request: the reply must fit a message
 
@@ -151,6 +151,9 @@ class TorchServeBackend(PerRequestBackend):
             names = infos[index][1]
             answered = answers[at : at + rows]
             at += rows
+            if any(a.request_id in early.refused for a in answered):
+                failures.append((index, "HandlerFailed:501", NOT_ON_A_STREAM))
+                continue
             if answered and answered[0].request_id in early.sent:
                 continue  # answered through its stream
             if RESPONSE in names:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from accel_base.proto import model_config_pb2 as mc
-from backends.torchserve import BODY, HANDLER, PACKAGES, RESPONSE, RESPONSE_INFO, VERSIONS
+from backends.torchserve import BODY, HANDLER, RESPONSE, RESPONSE_INFO, VERSIONS
 from backends.torchserve.archive import (
     ArchiveError,
     Manifest,
@@ -38,10 +36,10 @@ from backends.torchserve.archive import (
     read_model_config,
     unpack,
 )
+from backends.torchserve.requirements import install_requirements
 
 CONFIG = "config.pbtxt"
 DEVICE_IDS = "torchserve_device_ids"  # a config parameter: the GPUs, as JSON ([] the CPU)
-INSTALL_TIMEOUT_S = 600.0
 
 
 class VersionTaken(ArchiveError):
@@ -291,31 +289,6 @@ def place_archive(
         raise
     workers = workers_of(config)
     return StoredModel(name, version, directory, staged.settings, workers, number)
-
-
-def install_requirements(version_dir: Path, requirements: str) -> None:
-    """pip installs the archive's requirementsFile into the version's own directory
-    (PACKAGES), run from the version directory so that a requirement naming a file of the
-    archive (`./my.whl`) finds it. What pip fetches, it fetches from its own index."""
-    path = (version_dir / requirements).resolve()
-    if not path.is_relative_to(version_dir.resolve()) or not path.is_file():
-        raise ArchiveError(f"its requirementsFile {requirements} is not a file of the archive")
-    command = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--no-input",
-        "--disable-pip-version-check", "--target", str(version_dir / PACKAGES), "-r", str(path),
-    ]  # fmt: skip
-    try:
-        result = subprocess.run(
-            command, cwd=version_dir, capture_output=True, text=True,
-            timeout=INSTALL_TIMEOUT_S,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise ArchiveError(
-            f"installing its requirementsFile took over {INSTALL_TIMEOUT_S:g} s"
-        ) from None
-    if result.returncode != 0:
-        said = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise ArchiveError(f"its requirementsFile could not be installed: {' '.join(said)}")
 
 
 def add_archive(

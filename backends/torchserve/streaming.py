@@ -3,8 +3,8 @@ which `ts` writes to `context.cl_socket` while the batch runs. For a request tha
 a stream (its RequestInfo carries a stream token: gateway/core/streamed.py), each goes to
 the gateway at once as a response of that stream (backends/response_socket.py); the
 request's answer then goes the same way, marked final, instead of with the batch. A
-request not on a stream (a V2 call) cannot take them: its batch fails with a 501 that
-says where to send it instead.
+request not on a stream (a V2 call) cannot take them: it fails with a 501 that says where
+to send it instead, and the others of its batch are answered.
 
 An answer here is the outputs "response" (the handler's bytes) and "response_info"
 (JSON: status, reason, content type, headers), as the batch carries them.
@@ -62,16 +62,18 @@ class Intermediate:
     ) -> None:  # fmt: skip
         self.tokens = tokens  # a TorchServe request id -> its stream's token ("": none)
         self.sent: set[str] = set()  # the request ids that got a response early
+        # Those not on a stream that the handler answered early: they fail with a 501 once
+        # the batch ends, and the batch's others go on.
+        self.refused: set[str] = set()
         self._send = send
 
     def sendall(self, data: bytes) -> None:
-        from ts.utils.util import PredictionException  # its message reaches the client
-
         code, message, answers = otf.decode_predict_response(bytes(data))
-        if not all(self.tokens.get(a.request_id) for a in answers):
-            raise PredictionException(NOT_ON_A_STREAM, 501)
         for answer in answers:
-            token = self.tokens[answer.request_id]
+            token = self.tokens.get(answer.request_id)
+            if not token:
+                self.refused.add(answer.request_id)
+                continue
             if code == 200:
                 self._send(respond_frame(token, answer, final=False))
             else:  # the stream says so, and goes on

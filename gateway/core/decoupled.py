@@ -20,6 +20,10 @@ from gateway.core.inference import InferRequest, InferResponse, Tensor
 from gateway.core.scheduling.per_request import failure_error
 
 MAX_QUEUED = 64  # responses of one request waiting for the stream to take them
+# How long a delivery waits for room in a full queue before that stream is closed: the
+# worker's responses share one connection, so one reader that does not read must not
+# hold back every other stream of the worker for long.
+OVERFLOW_WAIT_S = 5.0
 FINAL_PARAMETER = "triton_final_response"
 EMPTY_FINAL = "triton_enable_empty_final_response"
 
@@ -39,23 +43,33 @@ class Stream:
         self.queue: asyncio.Queue[Sent] = asyncio.Queue(MAX_QUEUED)
         self.closed = asyncio.Event()
         self._waiter: asyncio.Future[bool] | None = None  # a reader's, while it waits
+        self.overflowed = False  # its reader fell behind: closed (ResponseStreams.deliver)
 
     def wake(self) -> None:
         """Something for the reader: a response, or the end of the request's run."""
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(True)
 
-    async def wait(self, timeout_s: float, model: str) -> None:
-        """Until wake(); Unavailable when it does not come within `timeout_s`. One future
-        and one timer: cheaper than waiting on a queue's get and a task together."""
+    async def wait(self, timeout_s: float | None, model: str) -> None:
+        """Until wake(); Unavailable when it does not come within `timeout_s` (None: no
+        bound here; the caller's run is bounded). One future and at most one timer:
+        cheaper than waiting on a queue's get and a task together."""
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, lambda: waiter.done() or waiter.set_result(False))
+        timer = None
+        if timeout_s is not None:
+            timer = loop.call_later(timeout_s, lambda: waiter.done() or waiter.set_result(False))
         try:
             woken = await waiter
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._waiter = None
+        if self.overflowed:
+            raise Unavailable(
+                f"the client read model '{model}''s responses slower than it sent them "
+                f"({MAX_QUEUED} waiting for {OVERFLOW_WAIT_S:g} s); the stream is closed"
+            )
         if not woken:
             raise Unavailable(
                 f"model '{model}' sent no response for {timeout_s:g} s and no final one; "
@@ -96,10 +110,15 @@ class ResponseStreams:
         put = asyncio.ensure_future(stream.queue.put(sent))
         closed = asyncio.ensure_future(stream.closed.wait())
         try:
-            await asyncio.wait({put, closed}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {put, closed}, timeout=OVERFLOW_WAIT_S, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             put.cancel()
             closed.cancel()
+        if not done:  # its reader fell behind: it is closed, and the others go on
+            stream.overflowed = True
+            self.close(token)
         stream.wake()
 
 

@@ -24,7 +24,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.core.decoupled import stream_responses
 from gateway.core.directory_models import DirectoryModels
-from gateway.core.inference import InferRequest, InferResponse
+from gateway.core.inference import InferRequest, InferResponse, RequestedOutput
 from gateway.core.model import ModelVersion
 from gateway.core.model_calls import ModelCalls
 from gateway.core.repository import ModelRepository
@@ -204,6 +204,8 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
     ) -> AsyncIterator[InferResponse | GatewayError]:
         """A request to a model whose answer may come after responses of its own."""
         idle_s = worker_settings(model.config).run_timeout_s  # between two responses
+        if not request.outputs:  # all of them, as a plain call's answer has
+            request.outputs = [RequestedOutput(o.name) for o in model.config.output]
         async for response in stream_answers(request, self.model_calls.streams, self.infer,
                                              idle_s):  # fmt: skip
             yield response

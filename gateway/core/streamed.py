@@ -13,14 +13,17 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from accel_base.errors import GatewayError
-from gateway.core.decoupled import ResponseStreams, Sent
+from gateway.core.decoupled import EMPTY_FINAL, FINAL_PARAMETER, ResponseStreams, Sent
 from gateway.core.inference import InferRequest, InferResponse, Tensor
 from gateway.core.scheduling.per_request import failure_error
 
 
 def _response(request: InferRequest, sent: Sent, version: str) -> InferResponse:
     outputs = [Tensor(n, d, a) for n, d, a in sent.outputs]
-    return InferResponse(request.model_name, version, request.id, dict(sent.parameters), outputs)
+    parameters = dict(sent.parameters)
+    if request.parameters.get(EMPTY_FINAL) is True:  # the caller asked which is last
+        parameters[FINAL_PARAMETER] = sent.final
+    return InferResponse(request.model_name, version, request.id, parameters, outputs)
 
 
 async def stream_answers(
@@ -50,9 +53,13 @@ async def stream_answers(
             if running.done():
                 answer = running.result()  # its failure, if it failed, is the stream's
                 if answer.outputs:  # answered through the batch: nothing was sent early
+                    if request.parameters.get(EMPTY_FINAL) is True:
+                        answer.parameters[FINAL_PARAMETER] = True
                     yield answer
                     return
-            await stream.wait(idle_timeout_s, request.model_name)
+            # While the request waits or runs, its queue and run timeouts bound it; after,
+            # its final response must come within the idle timeout.
+            await stream.wait(idle_timeout_s if running.done() else None, request.model_name)
     finally:
         streams.close(token)
         if not running.done():

@@ -222,6 +222,11 @@ def test_intermediate_responses_over_v2_need_a_stream(served):
             assert error is None, error
             words.append(result.as_numpy("response").reshape(-1)[0])
         assert words == [b"one ", b"two ", b"three"]
+        # A handler that sends nothing early, asked for no output by name: its answer.
+        client.async_stream_infer("function", [body], request_id="plain")
+        result, error = answers.get(timeout=60)
+        assert error is None, error
+        assert result.as_numpy("response").reshape(-1)[0] == b"one two three||1"
     finally:
         client.stop_stream()
     v2 = httpclient.InferenceServerClient(served.server.http_url)

@@ -91,14 +91,16 @@ async def fetch_archive(url: str, models: TorchServeModels) -> AsyncIterator[Pat
     name = Path(parts.path).name or "archive.mar"
     with tempfile.TemporaryDirectory(dir=models.repository, prefix=".download-") as folder:
         destination = Path(folder) / name
-        if not _slots.acquire(blocking=False):
-            raise TsError(503, f"{MAX_DOWNLOADS} archives are downloading; try again soon")
 
         def fetch() -> None:
+            # Taken and given back on the thread itself: a call cancelled before its
+            # thread starts holds no slot.
+            if not _slots.acquire(blocking=False):
+                raise TsError(503, f"{MAX_DOWNLOADS} archives are downloading; try again soon")
             try:
                 _download(url, destination, DEFAULT_MAX_BYTES)
             finally:
-                _slots.release()  # when the thread ends, whether anyone still waits or not
+                _slots.release()
 
         try:
             await asyncio.to_thread(fetch)

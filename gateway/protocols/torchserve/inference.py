@@ -52,6 +52,13 @@ class Answer:
     body: bytes
     headers: dict[str, str]  # lower-case names: the handler's, content-type among them
     request_id: str
+    final: bool = True  # its request's last (an intermediate response's is False)
+
+
+# Triton's request parameter that asks each streamed response to say whether it is the
+# last (in the response parameter FINAL): HTTP starts a chunked answer at the first that
+# is not.
+ASK_FINAL, FINAL = "triton_enable_empty_final_response", "triton_final_response"
 
 
 async def _request(
@@ -95,7 +102,8 @@ def _answer(name: str, response: InferResponse, request_id: str) -> Answer:
     if info["content_type"] and "content-type" not in set_headers:
         set_headers["content-type"] = info["content_type"]
     answer = bytes(produced[RESPONSE].reshape(-1)[0])
-    return Answer(info["status"], answer, set_headers, request_id)
+    final = response.parameters.get(FINAL, True) is not False
+    return Answer(info["status"], answer, set_headers, request_id, final)
 
 
 async def predict(
@@ -120,6 +128,7 @@ async def predict_stream(
     """predict(), with the handler's intermediate responses before its answer (one
     answer alone from a handler that sends none)."""
     request = await _request(core, models, name, version, body, content_type, headers)
+    request.parameters[ASK_FINAL] = True
     try:
         async for response in core.infer_stream(request):
             if isinstance(response, GatewayError):  # a failed intermediate response
@@ -139,24 +148,18 @@ async def _send_answers(send: Send, answers: AsyncIterator[Answer]) -> None:
     """One answer as one response; a handler's intermediate responses as the chunks of
     one (chunked transfer, status and headers from the first), as TorchServe sends them."""
     first = await anext(answers)
-    following = await anext(answers, None)
-    if following is None:
+    if first.final:
         await respond(send, first.status, first.body, _head(first))
         return
+    # The first of several: out at once, the rest as they come.
     await send({"type": "http.response.start", "status": first.status, "headers": _head(first)})
     await send({"type": "http.response.body", "body": first.body, "more_body": True})
     try:
-        async for answer in _chain(following, answers):
+        async for answer in answers:
             await send({"type": "http.response.body", "body": answer.body, "more_body": True})
     except GatewayError as exc:  # its status is sent already: the body ends here
         log.warning("TorchServe stream of a prediction ended early: %s", exc.message)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _chain(first: Answer, rest: AsyncIterator[Answer]) -> AsyncIterator[Answer]:
-    yield first
-    async for answer in rest:
-        yield answer
 
 
 def create_inference_app(
@@ -178,7 +181,9 @@ def create_inference_app(
         try:
             await _send_answers(send, answers)
         finally:
-            await answers.aclose()  # a client gone mid-stream: the stream closes
+            # (uvicorn's send returns quietly once a client has gone: a stream runs on to
+            # its handler's end, which the run timeout bounds.)
+            await answers.aclose()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
