@@ -54,6 +54,8 @@ class Stream:
         """Until wake(); Unavailable when it does not come within `timeout_s` (None: no
         bound here; the caller's run is bounded). One future and at most one timer:
         cheaper than waiting on a queue's get and a task together."""
+        if self.overflowed:  # closed while its reader was busy: no wake will come
+            raise self.overflow_error(model)
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
         timer = None
@@ -66,25 +68,24 @@ class Stream:
                 timer.cancel()
             self._waiter = None
         if self.overflowed:
-            raise Unavailable(
-                f"the client read model '{model}''s responses slower than it sent them "
-                f"({MAX_QUEUED} waiting for {OVERFLOW_WAIT_S:g} s); the stream is closed"
-            )
+            raise self.overflow_error(model)
         if not woken:
             raise Unavailable(
                 f"model '{model}' sent no response for {timeout_s:g} s and no final one; "
                 "the stream for this request is closed"
             )
 
+    def overflow_error(self, model: str) -> Unavailable:
+        return Unavailable(
+            f"the client read model '{model}''s responses slower than it sent them "
+            f"({MAX_QUEUED} waiting for {OVERFLOW_WAIT_S:g} s); the stream is closed"
+        )
+
 
 class ResponseStreams:
     def __init__(self) -> None:
         self._streams: dict[str, Stream] = {}
         self._tokens = itertools.count(1)
-
-    def open(self) -> tuple[str, asyncio.Queue[Sent]]:
-        token, stream = self.open_stream()
-        return token, stream.queue
 
     def open_stream(self) -> tuple[str, Stream]:
         token = f"s{next(self._tokens)}"
@@ -150,7 +151,8 @@ async def stream_responses(
     """The responses of one request to a decoupled model, until its final one; an error
     response comes as the error (the stream sends it, and goes on unless it was final).
     `run` schedules the request (its execute() returns before or after the responses)."""
-    token, queue = streams.open()
+    token, stream = streams.open_stream()
+    queue = stream.queue
     request.stream = (token, [o.name for o in request.outputs])
     request.outputs = []  # answered through the stream, not by the batch
     running = asyncio.ensure_future(run(request))
@@ -161,6 +163,8 @@ async def stream_responses(
             taken = getting is not None and getting.done()  # a response, not yet handled
             if not taken and queue.empty() and running.done() and running.exception():
                 raise running.exception()  # execute() failed: no response will come
+            if not taken and queue.empty() and stream.overflowed:
+                raise stream.overflow_error(request.model_name)  # closed: none will come
             if getting is None:
                 getting = asyncio.ensure_future(queue.get())
             if not await next_or_end(getting, running, idle_timeout_s, model):

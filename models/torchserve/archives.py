@@ -6,7 +6,8 @@
 - "failing": failing_handler.py, PredictionException and a crash on chosen inputs;
 - "streaming": streaming_handler.py, intermediate responses (a word at a time);
 - "deps": deps_handler.py, which imports a package only its requirementsFile brings (a
-  wheel built here, in the archive beside the requirements file).
+  wheel built here, in the archive beside the requirements file);
+- "rows": rows_handler.py, each row back (what a request envelope hands a handler).
 
 `model_config` becomes the archive's model-config.yaml (batchSize, maxBatchDelay, ...).
 """
@@ -22,7 +23,7 @@ from typing import Any
 HERE = Path(__file__).parent
 HANDLERS = {"digits": "digits_handler.py", "function": "function_handler.py",
             "failing": "failing_handler.py", "streaming": "streaming_handler.py",
-            "deps": "deps_handler.py"}  # fmt: skip
+            "deps": "deps_handler.py", "rows": "rows_handler.py"}  # fmt: skip
 SUFFIXES = {"default": ".mar", "zip-store": ".mar", "tgz": ".tar.gz", "no-archive": ""}
 
 

@@ -187,3 +187,22 @@ def test_a_requirements_file_installs_into_the_models_own_environment(tmp_path):
     finally:
         process.terminate()
         assert process.wait(60) == 0
+
+
+def test_a_service_envelope_splits_and_joins_requests_as_ts_does(tmp_path):
+    """service_envelope=json: a request's `instances` are the handler's rows, and its
+    answer their `predictions` (ts's own JSON envelope)."""
+    store = tmp_path / "store"
+    build_archive("rows", store)
+    inference, _, _ = write_config(tmp_path)
+    with open(tmp_path / "config.properties", "a") as config:
+        config.write("service_envelope=json\n")
+    process = foreground(tmp_path, "--model-store", str(store), "--models", "rows.mar")
+    try:
+        client = answering(inference, process)
+        answer = client.post("/predictions/rows", json={"instances": [1, {"a": 2}]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"predictions": [{"row": 1}, {"row": {"a": 2}}]}
+    finally:
+        process.terminate()
+        assert process.wait(60) == 0
