@@ -16,6 +16,7 @@ from typing import Any
 from gateway.core.interface import Core
 from gateway.listeners import listen, uvicorn_server
 from gateway.protocols.grpc.h2.server import H2Server
+from gateway.protocols.grpc.listener import h2_server
 from gateway.protocols.http.sagemaker import create_sagemaker_app
 from gateway.protocols.torchserve.grpc_api import (
     add_torchserve_inference,
@@ -132,12 +133,7 @@ class SideServers:
             # A context of its own each: the gRPC server sets its ALPN on it.
             context = options.tls.ssl_context() if front.tls and options.tls else None
             if front.grpc:
-                server = H2Server(
-                    max_message_bytes=options.max_body_bytes,
-                    max_streams=limits.max_streams_per_connection,
-                    idle_s=limits.keep_alive_s, max_connections=limits.max_connections,
-                    read_timeout_s=limits.read_timeout_s,
-                )  # fmt: skip
+                server = h2_server(options)
                 front.make(core, server)
                 await server.start(sock, context)
                 self.grpc_servers.append(server)

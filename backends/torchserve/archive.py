@@ -50,6 +50,13 @@ def archive_stem(path: Path) -> str:
     return name
 
 
+def inside(root: Path, name: str | Path) -> Path | None:
+    """`root / name` resolved (links and `..` followed) when it stays inside `root`; None
+    when it leads out: where a model store, an archive or its directory is named from."""
+    path = (root / name).resolve()
+    return path if path.is_relative_to(root.resolve()) else None
+
+
 def _member_path(name: str, archive: Path) -> PurePosixPath:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name:

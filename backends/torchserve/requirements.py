@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from backends.torchserve import PACKAGES
-from backends.torchserve.archive import ArchiveError
+from backends.torchserve.archive import ArchiveError, inside
 
 log = logging.getLogger(__name__)
 INSTALL_TIMEOUT_S = 600.0
@@ -33,9 +33,8 @@ _KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_
 
 def requirements_of(version_dir: Path, requirements: str) -> list[str]:
     """The requirements to install: each line checked, local files as absolute paths."""
-    root = version_dir.resolve()
-    path = (version_dir / requirements).resolve()
-    if not path.is_relative_to(root) or not path.is_file():
+    path = inside(version_dir, requirements)
+    if path is None or not path.is_file():
         raise ArchiveError(f"its requirementsFile {requirements} is not a file of the archive")
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -50,8 +49,8 @@ def requirements_of(version_dir: Path, requirements: str) -> list[str]:
         if "://" in line or line.split("+", 1)[0] in ("git", "hg", "svn", "bzr"):
             raise ArchiveError(f"{where}: URLs are not fetched; name the package instead")
         if line.startswith(("./", "../", "/")) or line.endswith(_FILES):
-            local = (version_dir / line).resolve()
-            if not local.is_relative_to(root) or not local.is_file():
+            local = inside(version_dir, line)
+            if local is None or not local.is_file():
                 raise ArchiveError(f"{where}: a file must be one the archive carries")
             wanted.append(str(local))
             continue

@@ -187,8 +187,12 @@ def read_config(directory: Path) -> mc.ModelConfig:
 
 
 def write_config(directory: Path, config: mc.ModelConfig) -> None:
+    write_config_text(directory, text_format.MessageToString(config))
+
+
+def write_config_text(directory: Path, text: str) -> None:
     staged = directory / f".{CONFIG}.new"
-    staged.write_text(text_format.MessageToString(config))
+    staged.write_text(text)
     staged.replace(directory / CONFIG)  # a reader sees the old config or the new, whole
 
 

@@ -20,18 +20,25 @@ GRPC_SERVERS = ("gateway", "grpcio")
 GRPC_ACCEPTORS = 32
 
 
+def h2_server(options: Any) -> H2Server:
+    """The gateway's own HTTP/2 server, bounded as `options` (ServerOptions) say: V2's
+    gRPC listener and the gRPC side fronts (TorchServe's) alike."""
+    limits = options.limits
+    return H2Server(
+        max_message_bytes=options.max_body_bytes,
+        max_streams=limits.max_streams_per_connection,
+        idle_s=limits.keep_alive_s,
+        max_connections=limits.max_connections,
+        read_timeout_s=limits.read_timeout_s,
+    )
+
+
 class GatewayGrpc:
     """gRPC on the gateway's own HTTP/2 server."""
 
     def __init__(self, core: Core, options: Any, sock: socket.socket) -> None:
         limits = options.limits
-        self.server = H2Server(
-            max_message_bytes=options.max_body_bytes,
-            max_streams=limits.max_streams_per_connection,
-            idle_s=limits.keep_alive_s,
-            max_connections=limits.max_connections,
-            read_timeout_s=limits.read_timeout_s,
-        )
+        self.server = h2_server(options)
         self.health, _ = add_services(self.server, core, limits.max_connections, refused_early=True)
         self._socket = sock
         self._tls = options.tls

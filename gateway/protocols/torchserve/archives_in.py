@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from backends.torchserve.archive import DEFAULT_MAX_BYTES
+from backends.torchserve.archive import DEFAULT_MAX_BYTES, inside
 from gateway.protocols.torchserve.models import TorchServeModels
 from gateway.protocols.torchserve.replies import TsError
 
@@ -47,8 +47,8 @@ def _in_store(path_text: str, models: TorchServeModels, url: str) -> Path:
     store = models.model_store
     if store is None:
         raise TsError(400, f"{url}: this server has no model store to register archives from")
-    path = (store / unquote(path_text)).resolve()
-    if not path.is_relative_to(store.resolve()) or not path.exists():
+    path = inside(store, unquote(path_text))
+    if path is None or not path.exists():
         raise TsError(404, f"Model not found at: {url}", "ModelNotFoundException")
     return path
 

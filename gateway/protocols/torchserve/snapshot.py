@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.torchserve.store import CONFIG
+from backends.torchserve.store import CONFIG, write_config_text
 from gateway.core.interface import Core
 
 log = logging.getLogger("accel_gateway")
@@ -47,9 +47,7 @@ class Snapshot:
                     await core.unload_model(self.name, token)
                 await asyncio.to_thread(shutil.rmtree, self.directory, True)
                 return
-            staged = self.directory / f".{CONFIG}.restore"
-            await asyncio.to_thread(staged.write_text, self.config)
-            staged.replace(self.directory / CONFIG)
+            await asyncio.to_thread(write_config_text, self.directory, self.config)
             if self.added is not None:
                 await asyncio.to_thread(shutil.rmtree, self.added, True)
             if self.loaded:

@@ -32,6 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from backends.torchserve.archive import inside
 from backends.torchserve.store import Defaults, Overrides, add_archive
 from gateway.arguments import distinct_ports
 from gateway.protocols.torchserve.keys import KEY_FILE, Keys
@@ -81,15 +82,14 @@ def _models(entries: list[str], store: Path) -> list[tuple[str | None, Path]]:
                 if path.suffix in (".mar", ".tgz") or path.name.endswith(".tar.gz")
                 or (path / "MAR-INF").is_dir()]  # fmt: skip
     chosen = []
-    root = store.resolve()
     for entry in entries:
         name, _, file = entry.rpartition("=")
         if "://" in file:
             raise PropertiesError(
                 f"--models {entry}: archives are not fetched by URL; put it in the model store"
             )
-        path = (store / file).resolve()
-        if not path.is_relative_to(root) or not path.exists():
+        path = inside(store, file)
+        if path is None or not path.exists():
             raise PropertiesError(f"--models {entry}: no archive {file} in {store}")
         chosen.append((name or None, path))
     return chosen
