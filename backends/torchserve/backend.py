@@ -3,10 +3,10 @@
 The version directory is an unpacked archive (backends/torchserve/archive.py). TorchServe's
 own loader (`ts.model_loader`) imports the handler by the manifest's rules (a module,
 `module:function`, a built-in handler's name; a class's `initialize(context)` or a
-function called once with `(None, context)`), and `ts.service.Service.predict` runs it
-with TorchServe's `Context`. Each request's body and headers go in, and its answer comes
-out, through the frame format TorchServe's frontend uses (otf.py), read and written by
-`ts` itself. It always runs in a worker process of its own: a handler is a user's code.
+function called once with `(None, context)`), and it runs as `ts.service.Service.predict`
+runs it, with TorchServe's `Context`: each request's body and headers go in as `ts`'s
+reader would hand them on, and its answer comes out as `ts`'s writer would encode it
+(predict.py). It always runs in a worker process of its own: a handler is a user's code.
 
 Tensors: the input "body" (BYTES, one element a request: the request's body) and the
 outputs "response" (BYTES: the answer's bytes) and "response_info" (BYTES: JSON with the
@@ -34,28 +34,18 @@ from backends.per_request import Failure, PerRequestBackend, RequestInfo
 from backends.torchserve import BODY, HANDLER, PACKAGES, RESPONSE, RESPONSE_INFO, otf
 from backends.torchserve.archive import read_manifest
 from backends.torchserve.forms import body_inputs
+from backends.torchserve.predict import predict, ts_batch
 from backends.torchserve.streaming import NOT_ON_A_STREAM, Intermediate, column, info_json
 
 MAX_MESSAGE_CHARS = 512  # a handler's message, per request: the reply must fit a message
 
 
-class _NotEachBatch(logging.Filter):
-    """ts's reader logs "Backend received inference at: <time>" on the root logger for
-    every batch; its warnings and errors stay."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno > logging.INFO or record.module != "otf_message_handler"
-
-
 def _quiet_ts_logging() -> None:
-    """Three INFO lines a batch from `ts` would flood the gateway's log: its metric lines
-    ([METRICS], which TorchServe's frontend parses; the gateway keeps its own metrics) and
-    the reader's. Warnings and errors (a handler's failure) still come through."""
+    """`ts`'s metric lines ([METRICS], which TorchServe's frontend parses; the gateway
+    keeps its own metrics), two a batch, would flood the gateway's log. Warnings and
+    errors (a handler's failure) still come through."""
     for name in ("ts.metrics.caching_metric", "ts.service"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    root = logging.getLogger()
-    if not any(isinstance(f, _NotEachBatch) for f in root.filters):
-        root.addFilter(_NotEachBatch())
 
 
 class TorchServeBackend(PerRequestBackend):
@@ -135,12 +125,9 @@ class TorchServeBackend(PerRequestBackend):
             at += rows
         if not requests:
             return {}, failures
-        from ts.protocol.otf_message_handler import retrieve_msg
-
-        _, batch = retrieve_msg(otf.Reader(otf.encode_predict(requests)))
         early = Intermediate(tokens)  # where the handler's intermediate responses go
         self.service.set_cl_socket(early)
-        code, message, answers = otf.decode_predict_response(bytes(self.service.predict(batch)))
+        code, message, answers = predict(self.service, ts_batch(requests))
         if code != 200:
             kind, message = f"HandlerFailed:{code}", message[:MAX_MESSAGE_CHARS]
             return {}, failures + [(index, kind, message) for index, _ in served]
@@ -175,7 +162,7 @@ def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -
                 'parameter "request_headers" must be JSON: a list of [name, value] strings'
             )
         pairs = [(name, header) for name, header in headers]
-        for name, header in pairs:  # as otf.py will encode them: a bad one fails here
+        for name, header in pairs:  # as ts_batch will encode them: a bad one fails here
             (name + header).encode()
         inputs = body_inputs(value, str(parameters.get("content_type", "")))
     except (ValueError, TypeError, UnicodeError) as exc:

@@ -158,6 +158,8 @@ class ModelVersion:
         info = platform_info(platform_of(config))
         self._warms_up = info.warm_up
         self.streams = info.streams  # answers may come after responses (core/streamed.py)
+        # How long a stream may wait between two responses: read once, not per request.
+        self.stream_idle_s = worker_settings(config).run_timeout_s
         rules = RequestRules.from_config(config)
         # A decoupled model answers through its stream (gateway/core/decoupled.py): the batch
         # itself answers nothing.

@@ -29,7 +29,6 @@ from gateway.core.model import ModelVersion
 from gateway.core.model_calls import ModelCalls
 from gateway.core.repository import ModelRepository
 from gateway.core.routing.router import RouterModel
-from gateway.core.scheduling.execution import worker_settings
 from gateway.core.scheduling.pool import instance_state
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.core.shared_memory_calls import SharedMemoryCalls
@@ -187,7 +186,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
                 f"model '{model.name}' has no output {', '.join(unknown)}; its outputs are: "
                 f"{', '.join(known)}"
             )
-        idle_s = worker_settings(model.config).run_timeout_s  # between two responses
+        idle_s = model.stream_idle_s  # between two responses
         token, answered = self.in_flight.enter(model.name), False
         try:
             async for response in stream_responses(
@@ -203,7 +202,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         self, model: ModelVersion, request: InferRequest
     ) -> AsyncIterator[InferResponse | GatewayError]:
         """A request to a model whose answer may come after responses of its own."""
-        idle_s = worker_settings(model.config).run_timeout_s  # between two responses
+        idle_s = model.stream_idle_s  # between two responses
         if not request.outputs:  # all of them, as a plain call's answer has
             request.outputs = [RequestedOutput(o.name) for o in model.config.output]
         async for response in stream_answers(request, self.model_calls.streams, self.infer,
