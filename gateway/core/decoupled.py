@@ -40,10 +40,34 @@ class Sent:
 
 class Stream:
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[Sent] = asyncio.Queue(MAX_QUEUED)
-        self.closed = asyncio.Event()
+        # Made on first use: most streams (a TorchServe handler's that sends nothing
+        # early) never queue a response, and every request opens one.
+        self._queue: asyncio.Queue[Sent] | None = None
+        self._closed: asyncio.Event | None = None
         self._waiter: asyncio.Future[bool] | None = None  # a reader's, while it waits
         self.overflowed = False  # its reader fell behind: closed (ResponseStreams.deliver)
+
+    @property
+    def queue(self) -> asyncio.Queue[Sent]:
+        if self._queue is None:
+            self._queue = asyncio.Queue(MAX_QUEUED)
+        return self._queue
+
+    @property
+    def closed(self) -> asyncio.Event:
+        if self._closed is None:
+            self._closed = asyncio.Event()
+        return self._closed
+
+    def end(self) -> None:
+        if self._closed is not None:  # a delivery waiting for room gives up
+            self._closed.set()
+
+    def take(self) -> Sent | None:
+        """The next response waiting, if one is."""
+        if self._queue is None or self._queue.empty():
+            return None
+        return self._queue.get_nowait()
 
     def wake(self) -> None:
         """Something for the reader: a response, or the end of the request's run."""
@@ -95,7 +119,7 @@ class ResponseStreams:
     def close(self, token: str) -> None:
         stream = self._streams.pop(token, None)
         if stream is not None:
-            stream.closed.set()  # a delivery waiting for room gives up
+            stream.end()
 
     async def deliver(self, token: str, sent: Sent) -> None:
         """A response from a worker; one for a stream that is gone is dropped. While the

@@ -38,11 +38,9 @@ async def stream_answers(
     request.stream = (token, [o.name for o in request.outputs])
     running = asyncio.get_running_loop().create_task(run(request))
     running.add_done_callback(lambda _: stream.wake())
-    queue = stream.queue
     try:
         while True:
-            while not queue.empty():
-                sent = queue.get_nowait()
+            while (sent := stream.take()) is not None:
                 if sent.error is not None:
                     yield failure_error(request.model_name, *sent.error)
                 else:
