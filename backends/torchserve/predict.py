@@ -99,8 +99,11 @@ def _answer(context: Any, index: int, request_id: str, value: Any) -> TsAnswer:
     code, phrase = context.get_response_status(index)
     status = 200 if code is None else code
     _INT32.pack(status)  # struct.error, as ts's writer, for a status that is no int32
-    return TsAnswer(request_id, status, phrase or "", context.get_response_content_type(index)
-                    or "", dict(headers), _body(value))  # fmt: skip
+    reason = "" if phrase is None else phrase
+    if not isinstance(reason, str):
+        raise ValueError(f"response status phrase {reason!r} is not a string")
+    content_type = context.get_response_content_type(index) or ""
+    return TsAnswer(request_id, status, reason, content_type, dict(headers), _body(value))
 
 
 def predict(service: Any, batch: list[dict[str, Any]]) -> tuple[int, str, list[TsAnswer]]:
