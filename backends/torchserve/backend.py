@@ -162,9 +162,11 @@ def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -
                 'parameter "request_headers" must be JSON: a list of [name, value] strings'
             )
         pairs = [(name, header) for name, header in headers]
-        for name, header in pairs:  # as ts_batch will encode them: a bad one fails here
-            (name + header).encode()
         inputs = body_inputs(value, str(parameters.get("content_type", "")))
+        # As ts_batch encodes them, and TorchServe's frontend: a bad one fails here (a
+        # form field's name may hold bytes that are no UTF-8).
+        for text in [n + h for n, h in pairs] + [n + kind for n, kind, _ in inputs]:
+            text.encode()
     except (ValueError, TypeError, UnicodeError) as exc:
         raise _BadRequest(
             f"the request's headers or body cannot be handed to the handler: {exc}"

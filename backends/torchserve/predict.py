@@ -7,6 +7,8 @@ a batch's time, so here the batch is made as the reader makes it (`ts_batch`) an
 answers are read off the handler's results and its `Context` as the writer reads them
 (`predict`). What the handler sees, and what each answer carries, stay TorchServe's:
 tests/backends/test_torchserve_predict.py holds both against `ts`'s reader and writer.
+(One difference, to the good: `ts`'s writer sizes a status phrase or content type by
+its characters, not its bytes, so a non-ASCII one broke the frame; here it arrives.)
 
 Intermediate responses (`send_intermediate_predict_response`) still come as `ts` writes
 them, to `context.cl_socket` (streaming.py).
@@ -29,9 +31,10 @@ STREAM_NEXT = "ts_stream_next"
 _INT32 = struct.Struct("!i")  # what the frontend's frame holds: a status outside fails
 
 
-def _value(name: str, content_type: str, value: bytes, decode: bool) -> Any:
-    """An input's value as ts's reader hands it on: JSON decoded, text as str, else bytes
-    (and bytes, with a warning, where decoding fails)."""
+def _value(content_type: str, value: bytes, decode: bool) -> Any:
+    """An input's value as ts's reader hands it on: JSON decoded, text as str, else a
+    bytearray (and a bytearray, with a warning, where decoding fails): its reader reads
+    into one, and handlers write into it (np.frombuffer(...) += 1)."""
     if decode and content_type == "application/json":
         try:
             return json.loads(value.decode("utf-8"))
@@ -44,20 +47,23 @@ def _value(name: str, content_type: str, value: bytes, decode: bool) -> Any:
         except UnicodeDecodeError:
             logging.warning("Failed utf-8 decoding of input data. Forwarding encoded payload",
                             exc_info=True)  # fmt: skip
-    return value
+    return bytearray(value)
 
 
 def ts_batch(requests: list[TsRequest]) -> list[dict[str, Any]]:
     """The batch as `ts.protocol.otf_message_handler.retrieve_msg` reads it from the
-    frontend's bytes (ids and headers as bytes; inputs' names and types as str)."""
+    frontend's bytes (ids and headers as bytearrays; inputs' names and types as str)."""
     setting = os.environ.get("TS_DECODE_INPUT_REQUEST")
     decode = setting is None or setting == "true"
     return [
         {
-            "requestId": request.request_id.encode(),
-            "headers": [{"name": k.encode(), "value": v.encode()} for k, v in request.headers],
+            "requestId": bytearray(request.request_id.encode()),
+            "headers": [
+                {"name": bytearray(k.encode()), "value": bytearray(v.encode())}
+                for k, v in request.headers
+            ],  # fmt: skip
             "parameters": [
-                {"name": name, "contentType": kind, "value": _value(name, kind, value, decode)}
+                {"name": name, "contentType": kind, "value": _value(kind, value, decode)}
                 for name, kind, value in request.inputs
             ],
         }
@@ -67,6 +73,10 @@ def ts_batch(requests: list[TsRequest]) -> list[dict[str, Any]]:
 
 def _failed(ids: dict[int, str], message: str, code: int) -> tuple[int, str, list[TsAnswer]]:
     return code, message, [TsAnswer(i, code, "", "", {}, b"error") for i in ids.values()]
+
+
+class _NotJson(TypeError):
+    """A handler's answer that is no bytes, str, tensor or JSON."""
 
 
 def _body(value: Any) -> bytes:
@@ -81,7 +91,10 @@ def _body(value: Any) -> bytes:
         buffer = io.BytesIO()
         torch.save(value, buffer)
         return buffer.getvalue()
-    return json.dumps(value, indent=2).encode("utf-8")  # TypeError: not JSON
+    try:
+        return json.dumps(value, indent=2).encode("utf-8")
+    except TypeError as exc:  # (only here: another TypeError fails the batch as in ts)
+        raise _NotJson(str(exc)) from exc
 
 
 def _answer(context: Any, index: int, request_id: str, value: Any) -> TsAnswer:
@@ -97,8 +110,9 @@ def _answer(context: Any, index: int, request_id: str, value: Any) -> TsAnswer:
             # (ts's writer fails the batch on it too: not as unserializable output)
             raise ValueError(f"response header {key!r}: {header!r} is not a string")
     code, phrase = context.get_response_status(index)
-    status = 200 if code is None else code
-    _INT32.pack(status)  # struct.error, as ts's writer, for a status that is no int32
+    # As ts's writer packs it: struct.error for a status that is no int32, and an int
+    # whatever the handler set (numpy's, a bool).
+    (status,) = _INT32.unpack(_INT32.pack(200 if code is None else code))
     reason = "" if phrase is None else phrase
     if not isinstance(reason, str):
         raise ValueError(f"response status phrase {reason!r} is not a string")
@@ -144,7 +158,7 @@ def predict(service: Any, batch: list[dict[str, Any]]) -> tuple[int, str, list[T
     context.metrics.add_time(PREDICTION_METRIC, round((time.time() - start) * 1000, 2))
     try:
         answered = [_answer(context, i, ids[i], answers[i]) for i in ids]
-    except TypeError:
+    except _NotJson:
         logging.warning("Unable to serialize model output.", exc_info=True)
         return _failed(ids, "Unsupported model output data type.", 503)
     return 200, "Prediction success", answered

@@ -7,7 +7,6 @@ the HTTP and gRPC fronts only translate to and from their wire formats.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -133,23 +132,20 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
 
     # ---- inference -------------------------------------------------------------------
 
-    async def infer(
-        self, request: InferRequest, model: ModelVersion | None = None
-    ) -> InferResponse:
-        """Run a request (on `model`, where the caller has looked it up already); outputs
-        it asks for in shared memory are written there."""
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Run a request; outputs it asks for in shared memory are written there."""
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
         if self.access_log:
-            return await self._logged(request, model)
-        return await self.in_flight.serve(request.model_name, self._infer(request, model))
+            return await self._logged(request)
+        return await self.in_flight.serve(request.model_name, self._infer(request))
 
-    async def _logged(self, request: InferRequest, model: ModelVersion | None) -> InferResponse:
+    async def _logged(self, request: InferRequest) -> InferResponse:
         """infer() with its access-log line: model, version, request id, status, time."""
         start, status = time.perf_counter(), 200
         token = self.in_flight.enter(request.model_name)
         try:
-            return await self._infer(request, model)
+            return await self._infer(request)
         except GatewayError as exc:
             status = exc.http_status
             raise
@@ -179,9 +175,10 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         if model.streams and not model.decoupled:  # its answer may follow responses
             if not request.outputs:  # all of them, as a plain call's answer has
                 request.outputs = [RequestedOutput(o.name) for o in model.config.output]
-            run = functools.partial(self.infer, model=model)
+            # (The run looks the model up again: an on-demand eviction or a reload may
+            # come before it starts.)
             async for response in stream_answers(
-                request, self.model_calls.streams, run, model.stream_idle_s
+                request, self.model_calls.streams, self.infer, model.stream_idle_s
             ):
                 yield response
             return
@@ -210,11 +207,10 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
     async def _model_call(self, request: InferRequest) -> InferResponse:
         """A Python model's call to another model: part of a request already admitted, so
         it runs during a drain too (which waits for it)."""
-        return await self.in_flight.serve(None, self._infer(request, None))
+        return await self.in_flight.serve(None, self._infer(request))
 
-    async def _infer(self, request: InferRequest, model: ModelVersion | None) -> InferResponse:
-        if model is None:
-            model = await self._model(request.model_name, request.model_version)
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        model = await self._model(request.model_name, request.model_version)
         # Output regions are checked before the model runs, so a bad one costs no compute.
         targets = self.shared_memory.output_targets(request.outputs) if request.outputs else None
         if not targets:

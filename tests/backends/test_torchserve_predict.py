@@ -11,6 +11,7 @@ import pytest
 
 ts_messages = pytest.importorskip("ts.protocol.otf_message_handler")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import ts  # noqa: E402
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl  # noqa: E402
@@ -68,16 +69,26 @@ REQUESTS = [
 ]  # fmt: skip
 
 
+def _typed(value):
+    """A value with its type at every level (b"x" == bytearray(b"x"): a handler that
+    writes into its input tells them apart)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
 def test_the_batch_is_what_ts_reads_from_the_frontend():
-    assert ts_batch(REQUESTS) == read_by_ts(REQUESTS)
+    assert _typed(ts_batch(REQUESTS)) == _typed(read_by_ts(REQUESTS))
 
 
 @pytest.mark.parametrize("setting", ["false", "true"])
 def test_ts_decode_input_request_is_honoured(monkeypatch, setting):
     monkeypatch.setenv("TS_DECODE_INPUT_REQUEST", setting)
     batch = ts_batch(REQUESTS)
-    assert batch == read_by_ts(REQUESTS)
-    assert isinstance(batch[0]["parameters"][1]["value"], bytes) == (setting == "false")
+    assert _typed(batch) == _typed(read_by_ts(REQUESTS))
+    assert isinstance(batch[0]["parameters"][1]["value"], bytearray) == (setting == "false")
 
 
 def _service(handle) -> Service:
@@ -115,6 +126,34 @@ def test_each_kind_of_value_is_answered_as_ts_encodes_it():
 
     ours, theirs = both(raw)
     assert ours == theirs
+
+
+def test_a_status_is_answered_as_the_int_ts_writes():
+    def handle(data, context):
+        context.set_response_status(np.int64(201), "Made", 0)
+        context.set_response_status(True, "", 1)
+        return ["x", "y", "z"]
+
+    ours, theirs = both(handle)
+    assert ours == theirs
+    assert [type(a.status) for a in ours[2]] == [int, int, int]
+
+
+def test_a_handler_failing_outside_its_output_fails_as_in_ts():
+    """Only an answer that is no JSON is ts's 503 "Unsupported model output data type";
+    a stopping criterion that raises fails the batch, there and here."""
+
+    def handle(data, context):
+        context.stopping_criteria = [None, None, None]  # not callable: TypeError
+        return ["x", "y", "z"]
+
+    theirs, ours = _service(handle), _service(handle)
+    for service in (theirs, ours):
+        service.set_cl_socket(None)
+    with pytest.raises(TypeError):
+        theirs.predict(read_by_ts(REQUESTS[:3]))
+    with pytest.raises(TypeError):
+        predict(ours, ts_batch(REQUESTS[:3]))
 
 
 def test_the_last_of_a_stream_is_marked_as_ts_marks_it():

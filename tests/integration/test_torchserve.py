@@ -149,6 +149,17 @@ def test_v2_headers_that_are_not_pairs_are_a_400_naming_them(served):
     assert 'parameter "request_headers"' in raised.value.message()
 
 
+def test_a_form_field_name_that_is_no_utf8_fails_that_request_alone(served):
+    # (TorchServe's frontend cannot write it either; the batch's other requests go on.)
+    reply = served.client.post(
+        "/predictions/function", content=b"a%FF=1",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )  # fmt: skip
+    assert reply.status_code == 400
+    assert "cannot be handed to the handler" in reply.json()["message"]
+    assert served.client.put("/predictions/function", content=b"quiet").status_code == 200
+
+
 def test_an_unknown_version_or_model_is_torchserves_404(served):
     # As TorchServe 0.12 answers both.
     reply = served.client.post("/predictions/function/9.9", content=b"x")
