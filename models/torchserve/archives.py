@@ -7,13 +7,17 @@
 - "streaming": streaming_handler.py, intermediate responses (a word at a time);
 - "deps": deps_handler.py, which imports a package only its requirementsFile brings (a
   wheel built here, in the archive beside the requirements file);
-- "rows": rows_handler.py, each row back (what a request envelope hands a handler).
+- "rows": rows_handler.py, each row back (what a request envelope hands a handler);
+- "vision": TorchServe's built-in `image_classifier` handler on vision_model.py's small
+  network (its weights from a fixed seed) with the digits' names in index_to_name.json.
+  The handler imports torchvision (and captum): it runs where those import.
 
 `model_config` becomes the archive's model-config.yaml (batchSize, maxBatchDelay, ...).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -23,13 +27,31 @@ from typing import Any
 HERE = Path(__file__).parent
 HANDLERS = {"digits": "digits_handler.py", "function": "function_handler.py",
             "failing": "failing_handler.py", "streaming": "streaming_handler.py",
-            "deps": "deps_handler.py", "rows": "rows_handler.py"}  # fmt: skip
+            "deps": "deps_handler.py", "rows": "rows_handler.py",
+            "vision": "image_classifier"}  # fmt: skip
+BUILT_IN = {"image_classifier"}  # handlers named, not files
 SUFFIXES = {"default": ".mar", "zip-store": ".mar", "tgz": ".tar.gz", "no-archive": ""}
 
 
-def archiver() -> str:
-    """The torch-model-archiver beside this Python (the virtual environment's)."""
-    return str(Path(sys.executable).parent / "torch-model-archiver")
+def archiver() -> list[str]:
+    """The torch-model-archiver beside this Python (the virtual environment's), else its
+    module run by this Python (a package installed with --target has no script)."""
+    script = Path(sys.executable).parent / "torch-model-archiver"
+    if script.exists():
+        return [str(script)]
+    entry = "from model_archiver.model_packaging import generate_model_archive as g; g()"
+    return [sys.executable, "-c", entry]
+
+
+def _vision_state(directory: Path) -> Path:
+    import torch
+
+    from models.torchserve.vision_model import DigitsCNN
+
+    torch.manual_seed(0)
+    path = directory / "vision.pt"
+    torch.save(DigitsCNN().state_dict(), path)
+    return path
 
 
 def _digits_state(directory: Path) -> Path:
@@ -72,12 +94,20 @@ def build_archive(
     name = name or kind
     export.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
-        args = [archiver(), "--model-name", name, "--version", version,
-                "--handler", str(HERE / HANDLERS[kind]), "--export-path", str(export),
+        handler = HANDLERS[kind]
+        args = [*archiver(), "--model-name", name, "--version", version,
+                "--handler", handler if handler in BUILT_IN else str(HERE / handler),
+                "--export-path", str(export),
                 "--archive-format", archive_format, "--force"]  # fmt: skip
         if kind == "digits":
             args += ["--model-file", str(HERE / "digits_model.py"),
                      "--serialized-file", str(_digits_state(Path(work)))]  # fmt: skip
+        if kind == "vision":
+            names = Path(work) / "index_to_name.json"
+            names.write_text(json.dumps({str(d): f"digit {d}" for d in range(10)}))
+            args += ["--model-file", str(HERE / "vision_model.py"),
+                     "--serialized-file", str(_vision_state(Path(work))),
+                     "--extra-files", str(names)]  # fmt: skip
         if kind == "deps":
             wheel = _tiny_wheel(Path(work))
             (Path(work) / "requirements.txt").write_text(f"./{wheel.name}\n")

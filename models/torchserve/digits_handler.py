@@ -1,6 +1,7 @@
 """A custom handler subclassing TorchServe's BaseHandler: 64 pixels in (JSON, either
 {"pixels": [...]} or the list itself), the digit and its probabilities out, one answer
-per request of the batch, with the batch's size so that tests see batching."""
+per request of the batch, with the batch's size so that tests see batching. It runs
+where TorchServe puts it (`self.device`: a worker's gpu_id, else the CPU)."""
 
 import json
 
@@ -16,7 +17,7 @@ class DigitsHandler(BaseHandler):
             if isinstance(body, (bytes, bytearray)):
                 body = json.loads(body)
             rows.append(body["pixels"] if isinstance(body, dict) else body)
-        return torch.tensor(rows, dtype=torch.float32)
+        return torch.tensor(rows, dtype=torch.float32, device=self.device)
 
     def inference(self, data, *args, **kwargs):
         with torch.no_grad():
@@ -30,4 +31,4 @@ class DigitsHandler(BaseHandler):
 
     def describe_handle(self):
         """What `GET /models/digits?customized=true` shows (TorchServe's customized describe)."""
-        return json.dumps({"model": "digits", "classes": 10})
+        return json.dumps({"model": "digits", "classes": 10, "device": str(self.device)})

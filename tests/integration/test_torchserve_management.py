@@ -161,7 +161,7 @@ def test_scale_up_down_and_to_zero(gateway):
     assert len(workers) == 2 and len({w["pid"] for w in workers}) == 2
     # The handler's describe_handle(), asked as TorchServe asks it.
     [customized] = m.get("/models/digits", params={"customized": "true"}).json()
-    assert customized["customizedMetadata"] == {"classes": 10, "model": "digits"}
+    assert customized["customizedMetadata"] == {"classes": 10, "model": "digits", "device": "cpu"}
     reply = m.put("/models/digits", params={"min_worker": 1})  # asynchronous by default
     assert reply.status_code == 202
     wait_until(lambda: len(m.get("/models/digits").json()[0]["workers"]) == 1, 240)
