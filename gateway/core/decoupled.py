@@ -147,23 +147,6 @@ class ResponseStreams:
         stream.wake()
 
 
-async def next_or_end(
-    getting: asyncio.Future, running: asyncio.Future, idle_timeout_s: float, model: str
-) -> bool:
-    """Whether the next response came (else the run ended first); Unavailable when
-    neither happens within the idle timeout: the model went quiet."""
-    waiting = {getting} if running.done() else {getting, running}
-    done, _ = await asyncio.wait(
-        waiting, timeout=idle_timeout_s, return_when=asyncio.FIRST_COMPLETED
-    )
-    if not done:
-        raise Unavailable(
-            f"model '{model}' sent no response for {idle_timeout_s:g} s and no final one; "
-            "the stream for this request is closed"
-        )
-    return getting in done
-
-
 async def stream_responses(
     request: InferRequest,
     streams: ResponseStreams,
@@ -176,24 +159,20 @@ async def stream_responses(
     response comes as the error (the stream sends it, and goes on unless it was final).
     `run` schedules the request (its execute() returns before or after the responses)."""
     token, stream = streams.open_stream()
-    queue = stream.queue
     request.stream = (token, [o.name for o in request.outputs])
     request.outputs = []  # answered through the stream, not by the batch
     running = asyncio.ensure_future(run(request))
+    running.add_done_callback(lambda _: stream.wake())
     empty_final = request.parameters.get(EMPTY_FINAL) is True
-    getting: asyncio.Future | None = None
     try:
         while True:
-            taken = getting is not None and getting.done()  # a response, not yet handled
-            if not taken and queue.empty() and running.done() and running.exception():
-                raise running.exception()  # execute() failed: no response will come
-            if not taken and queue.empty() and stream.overflowed:
-                raise stream.overflow_error(request.model_name)  # closed: none will come
-            if getting is None:
-                getting = asyncio.ensure_future(queue.get())
-            if not await next_or_end(getting, running, idle_timeout_s, model):
-                continue  # execute() returned: its failure, if any, is raised above
-            sent, getting = getting.result(), None
+            sent = stream.take()
+            if sent is None:
+                if running.done() and running.exception():
+                    raise running.exception()  # execute() failed: no response will come
+                # Each response, the first too, within the idle timeout of the last.
+                await stream.wait(idle_timeout_s, model)
+                continue
             if sent.error is not None:  # (error class name, message)
                 yield failure_error(model, *sent.error)
             elif sent.outputs or not sent.final or empty_final:
@@ -207,7 +186,5 @@ async def stream_responses(
         await running  # execute() may still be returning; its failure is ours too
     finally:
         streams.close(token)
-        if getting is not None:
-            getting.cancel()
         if not running.done():
             running.cancel()

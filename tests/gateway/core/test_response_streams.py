@@ -1,15 +1,25 @@
-"""gateway/core/decoupled.py's ResponseStreams: a reader that falls behind has its stream
-closed, and says why; the worker's other streams go on."""
+"""gateway/core/decoupled.py: a decoupled request's responses as the model sends them, its
+run's failure, the idle timeout; a reader that falls behind has its stream closed, and
+says why, and the worker's other streams go on."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
-from accel_base.errors import Unavailable
+from accel_base.errors import GatewayError, Unavailable
 from gateway.core import decoupled
-from gateway.core.decoupled import MAX_QUEUED, ResponseStreams, Sent
+from gateway.core.decoupled import (
+    EMPTY_FINAL,
+    FINAL_PARAMETER,
+    MAX_QUEUED,
+    ResponseStreams,
+    Sent,
+    stream_responses,
+)
+from gateway.core.inference import InferRequest, InferResponse, RequestedOutput
 
 
 def test_a_stream_whose_reader_falls_behind_is_closed_and_the_others_go_on(monkeypatch):
@@ -29,5 +39,62 @@ def test_a_stream_whose_reader_falls_behind_is_closed_and_the_others_go_on(monke
         assert slow.queue.qsize() == MAX_QUEUED
         with pytest.raises(Unavailable, match="slower than it sent them"):
             await slow.wait(None, "m")  # woken at once: it was closed
+
+    asyncio.run(scenario())
+
+
+def _request() -> InferRequest:
+    return InferRequest("m", "1", "r1", {EMPTY_FINAL: True}, [], [RequestedOutput("OUT")])
+
+
+async def _collect(streams: ResponseStreams, run, idle_s: float = 5.0) -> list:
+    return [r async for r in stream_responses(_request(), streams, run, "m", "1", idle_s)]
+
+
+def test_a_decoupled_stream_yields_what_the_model_sends_until_its_final():
+    async def scenario() -> None:
+        streams = ResponseStreams()
+
+        async def run(request: InferRequest) -> InferResponse:
+            token, asked = request.stream
+            assert asked == ["OUT"] and request.outputs == []  # answered by the stream
+            out = np.array([1], dtype=np.int32)
+            await streams.deliver(token, Sent([("OUT", "INT32", out)], {}, False, None))
+            await asyncio.sleep(0)
+            await streams.deliver(token, Sent([], {}, False, ("InvalidArgument", "bad")))
+            await streams.deliver(token, Sent([], {}, True, None))
+            return InferResponse("m", "1", request.id)
+
+        first, failed, last = await _collect(streams, run)
+        assert first.outputs[0].data.tolist() == [1]
+        assert first.parameters[FINAL_PARAMETER] is False
+        assert isinstance(failed, GatewayError) and "bad" in failed.message
+        assert last.outputs == [] and last.parameters[FINAL_PARAMETER] is True
+
+    asyncio.run(scenario())
+
+
+def test_a_decoupled_run_that_fails_before_responding_fails_the_stream():
+    async def scenario() -> None:
+        async def run(request: InferRequest) -> InferResponse:
+            raise Unavailable("no instance")
+
+        with pytest.raises(Unavailable, match="no instance"):
+            await _collect(ResponseStreams(), run)
+
+    asyncio.run(scenario())
+
+
+def test_a_decoupled_model_that_goes_quiet_is_closed_after_the_idle_timeout():
+    async def scenario() -> None:
+        streams = ResponseStreams()
+
+        async def run(request: InferRequest) -> InferResponse:
+            await streams.deliver(request.stream[0], Sent([], {}, False, None))
+            return InferResponse("m", "1", request.id)  # and nothing more: no final
+
+        with pytest.raises(Unavailable, match="sent no response for 0.05 s"):
+            await _collect(streams, run, idle_s=0.05)  # (a wait, not a measurement)
+        assert not streams._streams  # closed
 
     asyncio.run(scenario())
