@@ -10,8 +10,9 @@ socket's buffer fills, and its `send` blocks), rather than the gateway's memory 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,25 @@ class ResponseStreams:
         if stream is not None:
             stream.end()
 
+    @contextlib.contextmanager
+    def running(
+        self, request: InferRequest, asked: list[str],
+        run: Callable[[InferRequest], Awaitable[InferResponse]],
+    ) -> Iterator[tuple[Stream, asyncio.Future[InferResponse]]]:  # fmt: skip
+        """A stream for `request` (its responses carry the outputs `asked`) and its run,
+        which wakes the stream's reader when it ends; the stream closes, and the run is
+        cancelled if it has not ended, when the reader leaves."""
+        token, stream = self.open_stream()
+        request.stream = (token, asked)
+        running = asyncio.ensure_future(run(request))
+        running.add_done_callback(lambda _: stream.wake())
+        try:
+            yield stream, running
+        finally:
+            self.close(token)
+            if not running.done():
+                running.cancel()
+
     async def deliver(self, token: str, sent: Sent) -> None:
         """A response from a worker; one for a stream that is gone is dropped. While the
         stream's queue is full this waits (the worker's send waits with it), until there
@@ -147,6 +167,16 @@ class ResponseStreams:
         stream.wake()
 
 
+def response_of(request: InferRequest, sent: Sent, model: str, version: str) -> InferResponse:
+    """A response the model sent, as the request's answer; whether it is the last, where
+    the caller asked (EMPTY_FINAL)."""
+    parameters = dict(sent.parameters)
+    if request.parameters.get(EMPTY_FINAL) is True:
+        parameters[FINAL_PARAMETER] = sent.final
+    outputs = [Tensor(n, d, a) for n, d, a in sent.outputs]
+    return InferResponse(model, version, request.id, parameters, outputs)
+
+
 async def stream_responses(
     request: InferRequest,
     streams: ResponseStreams,
@@ -158,13 +188,10 @@ async def stream_responses(
     """The responses of one request to a decoupled model, until its final one; an error
     response comes as the error (the stream sends it, and goes on unless it was final).
     `run` schedules the request (its execute() returns before or after the responses)."""
-    token, stream = streams.open_stream()
-    request.stream = (token, [o.name for o in request.outputs])
+    asked = [o.name for o in request.outputs]
     request.outputs = []  # answered through the stream, not by the batch
-    running = asyncio.ensure_future(run(request))
-    running.add_done_callback(lambda _: stream.wake())
     empty_final = request.parameters.get(EMPTY_FINAL) is True
-    try:
+    with streams.running(request, asked, run) as (stream, running):
         while True:
             sent = stream.take()
             if sent is None:
@@ -176,15 +203,7 @@ async def stream_responses(
             if sent.error is not None:  # (error class name, message)
                 yield failure_error(model, *sent.error)
             elif sent.outputs or not sent.final or empty_final:
-                parameters = dict(sent.parameters)
-                if empty_final:
-                    parameters[FINAL_PARAMETER] = sent.final
-                outputs = [Tensor(n, d, a) for n, d, a in sent.outputs]
-                yield InferResponse(model, version, request.id, parameters, outputs)
+                yield response_of(request, sent, model, version)
             if sent.final:
                 break
         await running  # execute() may still be returning; its failure is ours too
-    finally:
-        streams.close(token)
-        if not running.done():
-            running.cancel()
