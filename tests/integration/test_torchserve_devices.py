@@ -46,9 +46,9 @@ def _vision_imports() -> str:
     return ""
 
 
-def serve(tmp: Path, kind: str, defaults: Defaults) -> tuple[GatewayProcess, httpx.Client]:
-    """A gateway serving one archive over TorchServe's inference API (its management API
-    on the client's `management` attribute's port)."""
+def serve(tmp: Path, kind: str, defaults: Defaults) -> tuple[GatewayProcess, httpx.Client, str]:
+    """A gateway serving one archive: a client of TorchServe's inference API, and the
+    address of its management API."""
     repository = tmp / "repository"
     add_archive(build_archive(kind, tmp / "store"), repository, defaults)
     *ports, inference, management = free_ports(5)
@@ -58,8 +58,7 @@ def serve(tmp: Path, kind: str, defaults: Defaults) -> tuple[GatewayProcess, htt
         log_path=tmp / "gateway.log", ports=tuple(ports), timeout_s=300,
     )  # fmt: skip
     client = httpx.Client(base_url=f"http://127.0.0.1:{inference}", timeout=120)
-    client.management = f"http://127.0.0.1:{management}"  # type: ignore[attr-defined]
-    return server, client
+    return server, client, f"http://127.0.0.1:{management}"
 
 
 @pytest.fixture
@@ -67,7 +66,7 @@ def vision(tmp_path) -> Iterator[httpx.Client]:
     reason = _vision_imports()
     if reason:
         pytest.skip(reason)
-    server, client = serve(tmp_path, "vision", Defaults(gpus=1 if _has_gpu() else 0))
+    server, client, _ = serve(tmp_path, "vision", Defaults(gpus=1 if _has_gpu() else 0))
     yield client
     assert server.stop() == 0, server.log()
 
@@ -127,7 +126,7 @@ def test_workers_run_on_the_gpu_torchserve_gives_them(tmp_path):
 
     from models import digits_torch
 
-    server, client = serve(tmp_path, "digits", Defaults(gpus=1))
+    server, client, management = serve(tmp_path, "digits", Defaults(gpus=1))
     try:
         pixels, _ = held_out()
         net = digits_torch.train()  # (deterministic: the archive's own weights)
@@ -144,7 +143,7 @@ def test_workers_run_on_the_gpu_torchserve_gives_them(tmp_path):
         # Where the handler runs (BaseHandler's self.device, from the worker's gpu_id),
         # as its customized description says, and the worker as TorchServe describes it.
         [described] = httpx.get(
-            f"{client.management}/models/digits", params={"customized": "true"}, timeout=60
+            f"{management}/models/digits", params={"customized": "true"}, timeout=60
         ).json()
         assert described["customizedMetadata"]["device"] == "cuda:0"
         assert described["deviceType"] == "gpu"
