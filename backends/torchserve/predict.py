@@ -24,6 +24,7 @@ import struct
 import time
 from typing import Any
 
+from backends.torchserve import answer_json
 from backends.torchserve.otf import TsAnswer, TsRequest
 
 log = logging.getLogger("ts.service")  # where ts logs a handler's failure
@@ -92,7 +93,7 @@ def _body(value: Any) -> bytes:
         torch.save(value, buffer)
         return buffer.getvalue()
     try:
-        return json.dumps(value, indent=2).encode("utf-8")
+        return answer_json.dumps(value).encode("utf-8")  # json.dumps(value, indent=2)
     except TypeError as exc:  # (only here: another TypeError fails the batch as in ts)
         raise _NotJson(str(exc)) from exc
 
