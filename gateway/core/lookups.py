@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, Unavailable
+from accel_base.proto import model_config_pb2 as mc
 from gateway.core.model import ModelVersion
+from gateway.core.model_config import parse_config_dict, read_config
 from gateway.core.model_entry import ModelEntry, check_version, model_name_ok
+from gateway.core.mounts import Mount
 from gateway.core.repository_index import index_rows
 from gateway.core.sealing import model_directory
 
@@ -21,18 +24,25 @@ class Lookups:
     control_mode: str
     models: dict[str, ModelEntry]
     aliases: dict[str, Path]
+    mounts: dict[str, Mount]
 
     def model_names_on_disk(self) -> list[str]:
-        """The repository's model directories, and the names given to others inside it."""
+        """The repository's model directories, the names given to others inside it, and
+        the mounted ones."""
         names = {p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")}
-        return sorted(names | set(self.aliases))
+        return sorted(names | set(self.aliases) | set(self.mounts))
 
     def exists(self, name: str) -> bool:
-        return name in self.aliases or (model_name_ok(name) and (self.root / name).is_dir())
+        if name in self.aliases or name in self.mounts:
+            return True
+        return model_name_ok(name) and (self.root / name).is_dir()
 
     def model_dir(self, name: str) -> Path:
-        """Where the model's files are: `root/name`, or the directory inside the
-        repository that a SageMaker load gave that name."""
+        """Where the model's files are: `root/name`, the directory inside the repository
+        that a SageMaker load gave that name, or a mounted directory."""
+        mount = self.mounts.get(name)
+        if mount is not None:
+            return mount.directory
         alias = self.aliases.get(name)
         if alias is None:
             return model_directory(self.root, name)
@@ -41,6 +51,13 @@ class Lookups:
                 f"model '{name}': its directory leads outside the model repository"
             )
         return alias
+
+    def config_on_disk(self, name: str) -> mc.ModelConfig:
+        """The model's config as the repository holds it: its config.pbtxt, or its mount's."""
+        mount = self.mounts.get(name)
+        if mount is not None:
+            return parse_config_dict(mount.config, f"the config of mounted model '{name}'")
+        return read_config(self.model_dir(name))
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The READY model version a request asks for ('' means the latest ready one)."""

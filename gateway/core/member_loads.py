@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from accel_base.errors import GatewayError, InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
 from gateway.core.ensemble.plan import is_ensemble
 from gateway.core.model import ModelVersion
-from gateway.core.model_config import read_config
 from gateway.core.model_entry import ModelEntry
 from gateway.core.on_demand import OnDemand
 from gateway.core.routing.config import is_router
@@ -32,6 +32,7 @@ class MemberLoads:
     load: Callable[..., Awaitable[None]]
     exists: Callable[[str], bool]
     model_dir: Callable[[str], Path]
+    config_on_disk: Callable[[str], mc.ModelConfig]
     get: Callable[[str, str], ModelVersion]
     model_names_on_disk: Callable[[], list[str]]
 
@@ -64,7 +65,7 @@ class MemberLoads:
 
     def _kind_on_disk(self, name: str) -> str:
         try:
-            config = read_config(self.model_dir(name))
+            config = self.config_on_disk(name)
         except GatewayError:
             return "model"  # its own load says what is wrong
         return "router" if is_router(config) else "ensemble" if is_ensemble(config) else "model"
@@ -76,9 +77,7 @@ class MemberLoads:
                 f"router '{router}': variant '{name}' is not in the model repository"
             )
         entry = self.models.get(name)
-        if (entry is None or not entry.ready_versions()) and is_router(
-            read_config(self.model_dir(name))
-        ):
+        if (entry is None or not entry.ready_versions()) and is_router(self.config_on_disk(name)):
             raise InvalidArgument(
                 f"router '{router}': variant '{name}' is a router; variants must be models"
             )

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from backends.parameters import string_parameter
-from gateway.core.model_config import read_config
 from gateway.core.placement.ledger import Candidate, NoRoom
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ class OnDemand:
         if name in self.repository.memory.pinned:
             return True
         try:
-            return is_pinned(read_config(self.repository.model_dir(name)))
+            return is_pinned(self.repository.config_on_disk(name))
         except GatewayError:
             return False
 

@@ -37,7 +37,6 @@ from gateway.core.model_config import (
     infer_platform,
     parse_config_dict,
     platform_of,
-    read_config,
 )
 from gateway.core.model_dirs import available_versions, fingerprint, versions_to_load
 from gateway.core.model_entry import (
@@ -46,6 +45,7 @@ from gateway.core.model_entry import (
     is_ready_state,
     retrieved,
 )
+from gateway.core.mounts import Mount
 from gateway.core.on_demand import OnDemand, is_pinned
 from gateway.core.placement.inventory import read_inventory
 from gateway.core.placement.ledger import NoRoom
@@ -83,6 +83,7 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         backend_nice: int = DEFAULT_BACKEND_NICE,
         memory: MemoryManager | None = None,
         drain_s: float = DEFAULT_DRAIN_SECONDS,
+        mounts: dict[str, Mount] | None = None,
     ) -> None:
         if control_mode not in CONTROL_MODES:
             raise ValueError(
@@ -99,6 +100,8 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         # Names given to model directories elsewhere in the repository (SageMaker's
         # multi-model loads: gateway/protocols/http/sagemaker_models.py).
         self.aliases: dict[str, Path] = {}
+        # Models whose directories the server's start named elsewhere (gateway/core/mounts.py).
+        self.mounts: dict[str, Mount] = dict(mounts or {})
         on_demand = control_mode == "on-demand"
         self.memory = memory or MemoryManager(read_inventory(), evicts=on_demand)
         # On demand, GPU workers start ahead with their framework imported.
@@ -122,7 +125,7 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
 
     def _config_on_disk(self, name: str) -> mc.ModelConfig | None:
         try:
-            return read_config(self.model_dir(name)) if self.exists(name) else None
+            return self.config_on_disk(name) if self.exists(name) else None
         except GatewayError:
             return None  # its own load says what is wrong
 
@@ -278,7 +281,7 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         self, name: str, model_dir: Path, config_json: dict[str, Any] | None
     ) -> mc.ModelConfig:
         if config_json is None:
-            config = read_config(model_dir)
+            config = self.config_on_disk(name)
             config.name = name  # under another name when SageMaker loaded it so
             return config
         config = parse_config_dict(config_json, f"config override for '{name}'")

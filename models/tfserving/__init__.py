@@ -1,0 +1,1 @@
+"""SavedModels laid out as TF Serving serves them (savedmodels.py)."""

@@ -1,0 +1,96 @@
+"""SavedModels laid out as TF Serving serves them: `<base_path>/<version>/saved_model.pb`.
+
+- `digits` (`build_digits`): the Keras digits classifier (models/digits_keras.py).
+  Version 1's `serving_default` takes `pixels` (f32[None, 64]) and returns one output,
+  `probabilities` (f32[None, 10]), whose name TF Serving's REST answers drop. Version 2
+  returns `probabilities` and `digit` (i64[None]), and has a second signature, `logits`
+  ({"logits": f32[None, 10]}).
+- `strings` (`build_strings`): `serving_default` takes `text` (string[None]) and returns
+  `upper` (string[None]) and `length` (i64[None]); a second signature, `reverse`, returns
+  `reversed` (string[None]).
+
+`model_config_file` writes a TF Serving model config file (text format) naming them.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from models import digits_keras
+from models import digits_training as dt
+
+
+class _Digits(tf.Module):
+    def __init__(self, classifier, version: int) -> None:
+        super().__init__()
+        self.classifier = classifier
+        self.version = version
+
+    @tf.function(input_signature=[tf.TensorSpec([None, dt.N_PIXELS], tf.float32, name=dt.INPUT)])
+    def serve(self, pixels):
+        probabilities = self.classifier(pixels, training=False)
+        if self.version == 1:
+            return {dt.OUTPUT: probabilities}
+        return {dt.OUTPUT: probabilities, "digit": tf.argmax(probabilities, axis=1)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, dt.N_PIXELS], tf.float32, name=dt.INPUT)])
+    def logits(self, pixels):
+        return {"logits": self.classifier.layers[0](pixels, training=False)}
+
+
+def build_digits(base_path: Path, versions: tuple[int, ...] = (1, 2)) -> Path:
+    """The digits classifier at `base_path/<version>` for each of `versions` (1 or 2)."""
+    classifier = digits_keras.train()
+    for version in versions:
+        module = _Digits(classifier, version)
+        signatures = {"serving_default": module.serve}
+        if version >= 2:
+            signatures["logits"] = module.logits
+        tf.saved_model.save(module, str(base_path / str(version)), signatures=signatures)
+    return base_path
+
+
+class _Strings(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return {
+            "upper": tf.strings.upper(text, encoding="utf-8"),
+            "length": tf.strings.length(text, "UTF8_CHAR"),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def reverse(self, text):
+        return {"reversed": tf.strings.reduce_join(
+            tf.strings.unicode_split(text, "UTF-8")[:, ::-1], axis=1)}  # fmt: skip
+
+
+def build_strings(base_path: Path, version: int = 1) -> Path:
+    module = _Strings()
+    signatures = {"serving_default": module.serve, "reverse": module.reverse}
+    tf.saved_model.save(module, str(base_path / str(version)), signatures=signatures)
+    return base_path
+
+
+def model_config_file(path: Path, models: dict[str, Path], policies: dict[str, str] | None = None,
+                      labels: dict[str, dict[str, int]] | None = None) -> Path:  # fmt: skip
+    """A TF Serving model config file (ModelServerConfig in text format): each model's
+    base path, its version policy as text (e.g. "all {}", "specific { versions: 1 }"),
+    and its version labels."""
+    entries = []
+    for name, base_path in models.items():
+        lines = [f'    name: "{name}"', f'    base_path: "{base_path}"',
+                 '    model_platform: "tensorflow"']  # fmt: skip
+        policy = (policies or {}).get(name)
+        if policy:
+            lines.append(f"    model_version_policy {{ {policy} }}")
+        for label, version in (labels or {}).get(name, {}).items():
+            lines.append(f'    version_labels {{ key: "{label}" value: {version} }}')
+        entries.append("  config {\n" + "\n".join(lines) + "\n  }")
+    path.write_text("model_config_list {\n" + "\n".join(entries) + "\n}\n")
+    return path
