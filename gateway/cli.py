@@ -38,6 +38,7 @@ from gateway.server import ServerOptions
 from gateway.tools import compile_command, loadtest_command
 from gateway.tools.compare import command as compare_command
 from gateway.tools.ray import command as ray_command
+from gateway.tools.tfserving import command as tfserving_command
 from gateway.tools.torchserve import command as torchserve_command
 
 
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_command.add_parser(commands)
     ray_command.add_parser(commands)
     torchserve_command.add_parser(commands)
+    tfserving_command.add_parser(commands)
     return parser
 
 
@@ -285,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         return health_command.run(args, build_parser().parse_args)
     if args.command == "ray":
         return ray_command.run(args)
+    if args.command == "tensorflow-model-server":
+        return tfserving_command.run(args)
     if args.command == "torchserve":
         given = sys.argv[1:] if argv is None else argv
         return torchserve_command.run(args, given[given.index("torchserve") + 1 :])

@@ -15,6 +15,7 @@ from typing import Any
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from gateway import SERVER_NAME, __version__
 from gateway.arguments import distinct_ports
+from gateway.core.mounts import Mount
 from gateway.core.placement.options import MemoryOptions
 from gateway.core.repository import ModelRepository
 from gateway.core.service import InferenceCore
@@ -32,6 +33,7 @@ from gateway.operation.security import (
     management_enabled,
 )
 from gateway.operation.tracing.tracer import Tracing
+from gateway.protocols.tfserving.options import TfServingOptions
 from gateway.protocols.torchserve.options import TorchServeOptions
 from gateway.side_fronts import SideServers, side_fronts
 
@@ -70,6 +72,8 @@ class ServerOptions:
     sagemaker_port: int | None = None
     # TorchServe's APIs (inference, management, their gRPC services); None: off.
     torchserve: TorchServeOptions | None = None
+    # TF Serving's APIs over its models, each a mount of its base path; None: off.
+    tfserving: TfServingOptions | None = None
     # Where the side fronts (SageMaker, TorchServe) listen, when not on `host`:
     # `accel-gateway torchserve` keeps V2 on loopback and TorchServe's API where asked.
     side_host: str | None = None
@@ -97,6 +101,7 @@ class ServerOptions:
                 "--metrics-port": self.metrics_port,
                 **({"--sagemaker-port": self.sagemaker_port} if self.sagemaker_port else {}),
                 **(self.torchserve.ports() if self.torchserve else {}),
+                **(self.tfserving.ports() if self.tfserving else {}),
             })  # fmt: skip
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -126,6 +131,14 @@ class ServerOptions:
             )  # fmt: skip
 
 
+def _mounts(options: ServerOptions) -> dict[str, Mount]:
+    """The models whose directories the fronts' own layouts name (TF Serving's base paths)."""
+    if options.tfserving is None:
+        return {}
+    mounts = options.tfserving.serving.mounts()
+    return {name: Mount(*mount) for name, mount in mounts.items()}
+
+
 class Gateway:
     """The running server; `start()` then `stop()`, or `run()` until a signal."""
 
@@ -139,6 +152,7 @@ class Gateway:
             options.backend_nice,
             options.memory.manager(options.model_control_mode),
             options.drain_seconds,
+            _mounts(options),
         )
         self.core = InferenceCore(
             self.repository,

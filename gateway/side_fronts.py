@@ -1,8 +1,9 @@
 """The protocol fronts beside V2 that listen on ports of their own: SageMaker's container
-contract (--sagemaker-port) and TorchServe's four APIs (inference, management, and their
-gRPC services). An HTTP front is an ASGI app over the core; a gRPC front registers its
-servicers on a gateway HTTP/2 server of its own. A new front is an entry in
-`side_fronts`, bound with the other ports before anything starts and stopped with them."""
+contract (--sagemaker-port), TorchServe's four APIs (inference, management, and their
+gRPC services) and TF Serving's (REST, and its two gRPC services). An HTTP front is an
+ASGI app over the core; a gRPC front registers its servicers on a gateway HTTP/2 server
+of its own. A new front is an entry in `side_fronts`, bound with the other ports before
+anything starts and stopped with them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from gateway.listeners import listen, uvicorn_server
 from gateway.protocols.grpc.h2.server import H2Server
 from gateway.protocols.grpc.listener import h2_server
 from gateway.protocols.http.sagemaker import create_sagemaker_app
+from gateway.protocols.tfserving.grpc_api import add_tfserving_services
+from gateway.protocols.tfserving.options import TfServingOptions
+from gateway.protocols.tfserving.rest import create_rest_app
 from gateway.protocols.torchserve.grpc_api import (
     add_torchserve_inference,
     add_torchserve_management,
@@ -89,6 +93,22 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
     return fronts
 
 
+def _tfserving_fronts(tfs: TfServingOptions) -> list[SideFront]:
+    fronts = []
+    if tfs.grpc_port is not None:
+        fronts.append(SideFront(
+            "TF Serving gRPC", "PredictionService and ModelService", tfs.grpc_port,
+            lambda core, server: add_tfserving_services(server, core, tfs.serving),
+            grpc=True, tls=True,
+        ))  # fmt: skip
+    if tfs.rest_port is not None:
+        fronts.append(SideFront(
+            "TF Serving REST", "API (/v1/models)", tfs.rest_port,
+            lambda core, o: create_rest_app(core, tfs.serving, o.max_body_bytes), tls=True,
+        ))  # fmt: skip
+    return fronts
+
+
 def side_fronts(options: Any) -> list[SideFront]:
     """The side fronts `options` (ServerOptions) turn on."""
     fronts = []
@@ -99,6 +119,8 @@ def side_fronts(options: Any) -> list[SideFront]:
         ))  # fmt: skip
     if options.torchserve is not None:
         fronts += _torchserve_fronts(options.torchserve, options)
+    if options.tfserving is not None:
+        fronts += _tfserving_fronts(options.tfserving)
     return fronts
 
 

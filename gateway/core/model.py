@@ -16,6 +16,7 @@ from typing import Any
 from accel_base.datatypes import v2_datatype
 from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
+from accel_base.version_dirs import version_dir
 from backends import BackendUnavailable, Device, backend_class, platform_info
 from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.model_config import complete_config, platform_of
@@ -94,7 +95,7 @@ def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[tuple[D
 def artifact_path(model_dir: Path, version: int, config: mc.ModelConfig, default: str) -> Path:
     """`<model_dir>/<version>/<default_model_filename or the platform's default>`, checked."""
     filename = config.default_model_filename or default
-    artifact = model_dir / str(version) / filename
+    artifact = version_dir(model_dir, version) / filename
     check_artifact(artifact, model_dir, config.name)
     if not artifact.exists():
         raise BackendUnavailable(
@@ -209,7 +210,7 @@ class ModelVersion:
         for allowed in instance_devices(config, gpu_capable(config, platform, gpu_count())):
             in_worker = execution_mode(config, platform, allowed[0]) == "process"
             size = footprint.predict(
-                config, platform, model_dir / str(version), allowed[0], in_worker
+                config, platform, version_dir(model_dir, version), allowed[0], in_worker
             )
             slots.append(Slot(allowed, in_worker, size))
         return LoadPlan(config, platform, model_dir, artifact, version, slots)

@@ -9,10 +9,6 @@ from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 
 
-def available_versions(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-
-
 def versions_to_load(config: mc.ModelConfig, available: list[int]) -> list[int]:
     """Apply the config's version_policy (default: the latest one) to what is on disk."""
     policy = config.version_policy

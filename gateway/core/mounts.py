@@ -20,3 +20,6 @@ from typing import Any
 class Mount:
     directory: Path  # the model's directory: its versions are its numbered subdirectories
     config: dict[str, Any] = field(default_factory=dict)  # Triton's config, as JSON
+    # The versions it may serve, of those its version policy chooses (None: any): a
+    # SavedModel's signature is a model of its own, and not every version has it.
+    versions: frozenset[int] | None = None

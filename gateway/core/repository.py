@@ -25,6 +25,7 @@ from typing import Any
 from accel_base.cpu import DEFAULT_BACKEND_NICE
 from accel_base.errors import GatewayError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from accel_base.proto import model_config_pb2 as mc
+from accel_base.version_dirs import available_versions
 from gateway.core.composites import find_cycle
 from gateway.core.ensemble.loading import load_ensemble
 from gateway.core.ensemble.plan import is_ensemble
@@ -38,7 +39,7 @@ from gateway.core.model_config import (
     parse_config_dict,
     platform_of,
 )
-from gateway.core.model_dirs import available_versions, fingerprint, versions_to_load
+from gateway.core.model_dirs import fingerprint, versions_to_load
 from gateway.core.model_entry import (
     ModelEntry,
     VersionState,
@@ -196,6 +197,9 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
             adaptive_window(config)  # the same
             wanted = versions_to_load(config, available_versions(model_dir))
+            mount = self.mounts.get(name)
+            if mount is not None and mount.versions is not None:
+                wanted = [v for v in wanted if v in mount.versions]
             if not wanted and (is_router(config) or is_ensemble(config)):
                 wanted = [1]  # runs nothing of its own: needs no version directory
             if not wanted:

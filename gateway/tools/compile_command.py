@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 from accel_base.errors import InvalidArgument
+from accel_base.version_dirs import available_versions
 from backends import BackendUnavailable
 from gateway.core.model_config import platform_of, read_config
-from gateway.core.model_dirs import available_versions, versions_to_load
+from gateway.core.model_dirs import versions_to_load
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -1,0 +1,193 @@
+"""TF Serving's gRPC services on `--port` (8500), under their own names, so that the
+unmodified `tensorflow-serving-api` stubs call them:
+
+- `tensorflow.serving.PredictionService`: Predict and GetModelMetadata;
+- `tensorflow.serving.ModelService`: GetModelStatus.
+
+Classify, Regress, MultiInference and HandleReloadConfigRequest answer UNIMPLEMENTED,
+saying so. Errors carry TF Serving's codes and words (errors.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from accel_base.errors import GatewayError, NotFound
+from accel_base.proto.tfserving.tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+from gateway.core.inference import InferRequest, RequestedOutput, Tensor
+from gateway.core.interface import Core
+from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid
+from gateway.protocols.tfserving.metadata import signature_def_map
+from gateway.protocols.tfserving.served import (
+    DEFAULT_SIGNATURE,
+    SignatureMissing,
+    TfServing,
+    missing,
+)
+from gateway.protocols.tfserving.status import version_states
+from gateway.protocols.tfserving.tensor_proto import fill, to_array
+
+log = logging.getLogger("accel_gateway")
+_STATES = get_model_status_pb2.ModelVersionStatus.State
+
+
+def add_tfserving_services(server: Any, core: Core, tfs: TfServing) -> None:
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(core, tfs), server
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(core, tfs), server)
+
+
+async def _abort(context: Any, exc: Exception) -> None:
+    if isinstance(exc, GatewayError):
+        exc = from_gateway(exc)
+    assert isinstance(exc, TfsError)
+    await context.abort(exc.code, exc.message)
+
+
+def _spec(request: Any) -> tuple[str, int | None, str]:
+    if not request.HasField("model_spec"):
+        raise invalid("Missing ModelSpec")
+    spec = request.model_spec
+    if not spec.name:
+        raise invalid("ModelSpec has no name specified.")
+    version = spec.version.value if spec.HasField("version") else None
+    return spec.name, version, spec.version_label
+
+
+def _check_inputs(given: list[str], expected: list[str]) -> None:
+    if sorted(given) == sorted(expected):
+        return
+    extra = sorted(set(given) - set(expected))
+    missing_ = sorted(set(expected) - set(given))
+    raise invalid(
+        f"input size does not match signature: {len(given)}!={len(expected)} "
+        f"len({{{','.join(sorted(given))}}}) != len({{{','.join(sorted(expected))}}}). "
+        f"Sent extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing_)}}}."
+    )
+
+
+def _filtered(output_filter: list[str], outputs: list[str]) -> list[str]:
+    if not output_filter:
+        return outputs
+    seen: set[str] = set()
+    for alias in output_filter:
+        if alias not in outputs:
+            names = ",".join(sorted(outputs))
+            raise invalid(f"output tensor alias not found in signature: {alias} Outputs "
+                          f"expected to be in the set {{{names}}}.")  # fmt: skip
+        if alias in seen:
+            raise invalid(f"duplicate output tensor alias: {alias}")
+        seen.add(alias)
+    return list(output_filter)
+
+
+class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, core: Core, tfs: TfServing) -> None:
+        self.core, self.tfs = core, tfs
+
+    async def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
+        try:
+            return await self._predict(request)
+        except SignatureMissing as exc:  # over gRPC, as TF Serving: a failed precondition
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f'Serving signature key "{exc.signature}" not found.')  # fmt: skip
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
+
+    async def _predict(self, request: Any) -> Any:
+        self.core.shedder.check()
+        name, version, label = _spec(request)
+        signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
+        target, resolved = await self.tfs.resolve(self.core, name, version, label, signature)
+        number = "" if resolved is None else str(resolved)
+        try:
+            metadata = await self.core.model_metadata(target, number)
+        except NotFound:
+            raise missing(name, resolved) from None
+        specs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
+        _check_inputs(list(request.inputs), list(specs))
+        tensors = []
+        for input_name, proto in request.inputs.items():
+            array, datatype = to_array(proto, input_name)
+            tensors.append(Tensor(input_name, datatype, array))
+        outputs = _filtered(list(request.output_filter), [t["name"] for t in metadata["outputs"]])
+        infer = InferRequest(model_name=target, model_version=number, inputs=tensors,
+                             outputs=[RequestedOutput(o) for o in outputs])  # fmt: skip
+        try:
+            answer = await self.core.infer(infer)
+        except NotFound:
+            raise missing(name, resolved) from None
+        response = predict_pb2.PredictResponse()
+        response.model_spec.name = name
+        response.model_spec.signature_name = signature
+        response.model_spec.version.value = int(answer.model_version)
+        for tensor in answer.outputs:
+            fill(response.outputs[tensor.name], tensor.data, tensor.datatype)
+        return response
+
+    async def GetModelMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
+        try:
+            name, version, label = _spec(request)
+            fields = list(request.metadata_field)
+            if not fields:
+                raise invalid("GetModelMetadataRequest must specify at least one metadata_field")
+            for field in fields:
+                if field != "signature_def":
+                    raise invalid(f"Metadata field {field} is not supported")
+            loaded, defs = await signature_def_map(self.core, self.tfs, name, version, label)
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            response.model_spec.name = name
+            response.model_spec.version.value = loaded
+            response.metadata["signature_def"].Pack(defs)
+            return response
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
+
+    async def Classify(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "Classify")
+
+    async def Regress(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "Regress")
+
+    async def MultiInference(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "MultiInference")
+
+
+async def _unimplemented(context: Any, method: str) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                        f"{method} is not served by accel-gateway yet; call Predict with the "
+                        "signature instead")  # fmt: skip
+
+
+class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
+    def __init__(self, core: Core, tfs: TfServing) -> None:
+        self.core, self.tfs = core, tfs
+
+    async def GetModelStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
+        try:
+            name, version, _ = _spec(request)
+            states = await version_states(self.core, self.tfs, name, version)
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
+            return None
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for state in states["model_version_status"]:
+            row = response.model_version_status.add()
+            row.version = int(state["version"])
+            row.state = _STATES.Value(state["state"])
+            row.status.error_code = 0 if state["status"]["error_code"] == "OK" else 2
+            row.status.error_message = state["status"]["error_message"]
+        return response
+
+    async def HandleReloadConfigRequest(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await _unimplemented(context, "HandleReloadConfigRequest")

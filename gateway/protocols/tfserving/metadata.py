@@ -1,0 +1,55 @@
+"""A TF Serving model's metadata: the SignatureDefs of the version asked (the latest
+loaded one when none is), read from its saved_model.pb (signatures.py), for gRPC's
+GetModelMetadata and REST's `GET .../metadata`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from accel_base.proto.tfserving.tensorflow_serving.apis import get_model_metadata_pb2
+from accel_base.version_dirs import version_dir
+from backends.tfserving.signatures import SavedModelError, signature_defs
+from gateway.core.interface import Core
+from gateway.protocols.tfserving.errors import TfsError, invalid
+from gateway.protocols.tfserving.served import TfServing, missing
+
+
+async def signature_def_map(
+    core: Core, tfs: TfServing, name: str, version: int | None, label: str
+) -> tuple[int, Any]:
+    """The version answered and its tensorflow.serving.SignatureDefMap."""
+    model, version = tfs.labelled(name, version, label)
+    ready = [
+        int(row["version"]) for row in await core.repository_index(ready_only=True)
+        if row["name"] == name and row["version"]
+    ]  # fmt: skip
+    if version is None:
+        if not ready:
+            raise missing(name, None)
+        version = max(ready)
+    elif version not in ready:
+        raise missing(name, version)
+    try:
+        defs = signature_defs(version_dir(model.base_path, version))
+    except SavedModelError as exc:
+        raise TfsError(invalid("").code, str(exc), 500) from None
+    answer = get_model_metadata_pb2.SignatureDefMap()
+    for key, definition in defs.items():
+        answer.signature_def[key].CopyFrom(definition)
+    return version, answer
+
+
+async def metadata_json(
+    core: Core, tfs: TfServing, name: str, version: int | None, label: str
+) -> dict[str, Any]:
+    """REST's answer: the model spec, and the SignatureDefMap as protobuf's JSON."""
+    loaded, defs = await signature_def_map(core, tfs, name, version, label)
+    as_json = json_format.MessageToDict(
+        defs, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return {
+        "model_spec": {"name": name, "signature_name": "", "version": str(loaded)},
+        "metadata": {"signature_def": as_json},
+    }

@@ -1,0 +1,19 @@
+"""What turns TF Serving's fronts on: `accel-gateway tensorflow-model-server` makes it
+from TF Serving's flags and model config file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.protocols.tfserving.served import TfServing
+
+
+@dataclass(frozen=True)
+class TfServingOptions:
+    serving: TfServing
+    grpc_port: int | None = 8500  # None: that front is off
+    rest_port: int | None = None
+
+    def ports(self) -> dict[str, int]:
+        named = {"TF Serving gRPC": self.grpc_port, "TF Serving REST": self.rest_port}
+        return {name: port for name, port in named.items() if port is not None}

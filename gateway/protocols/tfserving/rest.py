@@ -1,0 +1,127 @@
+"""TF Serving's REST API on a port of its own (`--rest_api_port`), over the core:
+
+- `GET /v1/models/{m}[/versions/{v}|/labels/{l}]`: the model's version states;
+- `GET .../metadata`: its signatures (metadata.py);
+- `POST .../{m}[...]:predict`: a signature run on JSON tensors (json_tensors.py).
+
+Errors are `{"error": "..."}` with TF Serving's status codes and, where clients match
+on them, its words ("Servable not found for request: ...").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+from urllib.parse import unquote
+
+from accel_base.errors import GatewayError, NotFound
+from gateway.core.inference import InferRequest, RequestedOutput, Tensor
+from gateway.core.interface import Core
+from gateway.protocols.http.body import read_body
+from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
+from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
+from gateway.protocols.tfserving.json_tensors import request_inputs, response_text
+from gateway.protocols.tfserving.metadata import metadata_json
+from gateway.protocols.tfserving.served import TfServing, missing
+from gateway.protocols.tfserving.status import version_states
+
+log = logging.getLogger("accel_gateway")
+
+# /v1/models/{name}[/versions/{n}|/labels/{label}][/metadata|:predict|:classify|:regress]
+_PATH = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)"
+    r"(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:/(?P<metadata>metadata)|:(?P<verb>predict|classify|regress))?$"
+)
+
+
+async def _reply(send: Send, status: int, body: Any) -> None:
+    text = body if isinstance(body, str) else json.dumps(body)
+    await respond(send, status, text.encode(), [(b"content-type", b"application/json")])
+
+
+async def predict(
+    core: Core, tfs: TfServing, name: str, version: int | None, label: str, raw: bytes
+) -> str:
+    """A `:predict` body's answer (`predictions` or `outputs`), as JSON text."""
+    if not raw.strip():
+        raise invalid("JSON Parse error: The document is empty")
+    try:
+        body = json.loads(raw)  # (accepts NaN and Infinity, as TF Serving does)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid(f"JSON Parse error: {exc}") from None
+    signature = body.get("signature_name", "") if isinstance(body, dict) else ""
+    if not isinstance(signature, str):
+        raise invalid("'signature_name' key must be a string value.")
+    target, resolved = await tfs.resolve(core, name, version, label, signature)
+    number = "" if resolved is None else str(resolved)
+    try:
+        metadata = await core.model_metadata(target, number)
+    except NotFound:
+        raise missing(name, resolved) from None
+    specs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
+    inputs, row = request_inputs(body, specs)
+    request = InferRequest(
+        model_name=target,
+        model_version=number,
+        inputs=[Tensor(n, specs[n], array) for n, array in inputs.items()],
+        outputs=[RequestedOutput(t["name"]) for t in metadata["outputs"]],
+    )
+    try:
+        response = await core.infer(request)
+    except NotFound:
+        raise missing(name, resolved) from None
+    return response_text({t.name: (t.data, t.datatype) for t in response.outputs}, row)
+
+
+def create_rest_app(core: Core, tfs: TfServing, max_body_bytes: int) -> ASGIApp:
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        if not path.lower().startswith("/v1/"):
+            raise not_found(f"no such path: {path}; TF Serving's API is under /v1/models")
+        malformed = invalid(f"Malformed request: {method} {path}")
+        if path.rstrip("/") == "/v1/models":
+            raise invalid("Missing model name in request.")
+        match = _PATH.match(path)
+        if match is None:
+            raise malformed
+        name = unquote(match["name"])
+        version = int(match["version"]) if match["version"] else None
+        label = unquote(match["label"] or "")
+        if match["verb"]:
+            if method != "POST":
+                raise malformed
+            if match["verb"] != "predict":
+                raise TfsError(
+                    invalid("").code,
+                    f"{match['verb']} is not served yet here; call :predict on a signature",
+                    501,
+                )
+            core.shedder.check()
+            headers = dict(scope["headers"])
+            raw = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
+            await _reply(send, 200, await predict(core, tfs, name, version, label, raw))
+        elif method != "GET":
+            raise malformed
+        elif match["metadata"]:
+            await _reply(send, 200, await metadata_json(core, tfs, name, version, label))
+        else:
+            await _reply(send, 200, await version_states(core, tfs, name, version))
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            await route(scope, receive, send)
+        except TfsError as exc:
+            await _reply(send, exc.http_status, {"error": exc.message})
+        except GatewayError as exc:
+            error = from_gateway(exc)
+            await _reply(send, error.http_status, {"error": error.message})
+        except Exception as exc:  # a bug of ours: the client still gets an answer
+            log.exception("TF Serving REST request failed")
+            await _reply(send, 500, {"error": f"internal error: {type(exc).__name__}"})
+
+    return app

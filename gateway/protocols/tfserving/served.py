@@ -1,0 +1,156 @@
+"""TF Serving's models as the gateway serves them, and a request's model spec resolved.
+
+Each TF Serving model (`--model_name` and `--model_base_path`, or an entry of the model
+config file) is a mount of its base path (gateway/core/mounts.py, made by the server
+from `mounts()`): the repository model
+of the same name serves its `serving_default` signature, with the config's version
+policy. Each other signature is a repository model of its own, `<model>:<signature>`,
+mounting the same directory; it loads on its first request. A signature is a model
+because requests of different signatures must never share a batch, and each has its own
+inputs and outputs for V2.
+
+Version labels map to version numbers here; the repository knows only numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel_base.errors import GatewayError
+from backends.tfserving.signatures import signature_versions
+from gateway.core.interface import Core
+from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
+
+DEFAULT_SIGNATURE = "serving_default"
+# A name's characters that would not survive a URL path segment or the repository.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@dataclass(frozen=True)
+class Batching:
+    """`--enable_batching` with its parameters file, as the batcher's bounds."""
+
+    max_batch_size: int = 1000  # TF Serving's defaults
+    batch_timeout_micros: int = 0
+    max_enqueued_batches: int = 1000000
+    allowed_batch_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TfModel:
+    name: str
+    base_path: Path
+    policy: dict[str, Any] = field(default_factory=dict)  # Triton's version_policy JSON
+    labels: dict[str, int] = field(default_factory=dict)
+
+
+class SignatureMissing(TfsError):
+    """A signature the model does not have: REST's words here, gRPC's its own."""
+
+    def __init__(self, signature: str) -> None:
+        message = f'Serving signature name: "{signature}" not found in signature def'
+        super().__init__(invalid("").code, message)
+        self.signature = signature
+
+
+def missing(name: str, version: int | None) -> TfsError:
+    """TF Serving's words for a model or version it does not serve (a label's version
+    shows as the number it stands for), which clients wait on."""
+    what = f"Latest({name})" if version is None else f"Specific({name}, {version})"
+    return not_found(f"Servable not found for request: {what}")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError(f"model name {name!r}: use letters, digits, '_', '.' and '-'")
+    return name
+
+
+def repository_name(model: str, signature: str) -> str:
+    return model if signature in ("", DEFAULT_SIGNATURE) else f"{model}:{signature}"
+
+
+def mount_config(model: TfModel, signature: str, batching: Batching | None) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "platform": "tensorflow_savedmodel",
+        "default_model_filename": ".",  # the version directory is the SavedModel
+        "parameters": {"signature_name": {"string_value": signature}},
+        "max_batch_size": batching.max_batch_size if batching else 0,
+    }
+    if model.policy:
+        config["version_policy"] = model.policy
+    if batching:
+        config["dynamic_batching"] = {
+            "max_queue_delay_microseconds": batching.batch_timeout_micros,
+            **({"preferred_batch_size": list(batching.allowed_batch_sizes)}
+               if batching.allowed_batch_sizes else {}),
+        }  # fmt: skip
+    return config
+
+
+@dataclass
+class TfServing:
+    """What TF Serving's fronts (REST, gRPC) share: its models and their signatures."""
+
+    models: dict[str, TfModel]
+    # Each model's signatures and the versions that have them, as its SavedModels on
+    # disk at start declared them.
+    signatures: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    batching: Batching | None = None
+    labels_for_unavailable: bool = False  # --allow_version_labels_for_unavailable_models
+
+    def discover_signatures(self) -> dict[str, dict[str, list[int]]]:
+        """Each model's signatures, as the versions on disk declare them now."""
+        return {name: signature_versions(m.base_path) for name, m in self.models.items()}
+
+    def mounts(self) -> dict[str, tuple[Path, dict[str, Any], frozenset[int] | None]]:
+        """The repository models to mount: name -> (directory, config as JSON, the
+        versions it may serve: a signature's, those that have it; the model's, any)."""
+        mounts = {}
+        for model in self.models.values():
+            found = self.signatures.get(model.name) or {}
+            for signature in {DEFAULT_SIGNATURE, *found}:
+                config = mount_config(model, signature, self.batching)
+                versions = None if signature == DEFAULT_SIGNATURE else frozenset(found[signature])
+                mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
+        return mounts
+
+    def labelled(self, name: str, version: int | None, label: str) -> tuple[TfModel, int | None]:
+        """The model asked for, and the version: the one given, its label's, or None."""
+        model = self.models.get(name)
+        if model is None:
+            raise missing(name, version)
+        if label:
+            if label not in model.labels:
+                raise invalid(f"Unrecognized servable version label: {label}")
+            version = model.labels[label]
+        return model, version
+
+    async def resolve(
+        self, core: Core, name: str, version: int | None, label: str, signature: str
+    ) -> tuple[str, int | None]:
+        """The repository model and version (None: the latest) a request for `name` at
+        `version` or `label` and `signature` goes to; its signature's model loaded."""
+        model, version = self.labelled(name, version, label)
+        signature = signature or DEFAULT_SIGNATURE
+        if signature == DEFAULT_SIGNATURE:
+            return name, version
+        having = self.signatures.get(name, {}).get(signature)
+        if having is None:
+            raise SignatureMissing(signature)
+        if version is None:  # the model's latest version, which must have the signature
+            try:
+                version = max(int(v) for v in (await core.model_metadata(name))["versions"])
+            except (GatewayError, ValueError):
+                raise missing(name, None) from None
+        if version not in having:
+            raise SignatureMissing(signature)
+        target = repository_name(name, signature)
+        try:
+            await core.load_on_first_use(target)
+        except GatewayError as exc:
+            raise from_gateway(exc) from None
+        return target, version

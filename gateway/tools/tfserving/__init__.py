@@ -1,0 +1,1 @@
+"""`accel-gateway tensorflow-model-server`: TF Serving's command line (command.py)."""

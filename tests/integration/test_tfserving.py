@@ -1,0 +1,259 @@
+"""`accel-gateway tensorflow-model-server`: TF Serving's command line, REST API and gRPC
+services over SavedModels built by models/tfserving, laid out as TF Serving serves them,
+with a real server process on free ports, called with plain HTTP and with the unmodified
+`tensorflow-serving-api` stubs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("tensorflow_serving.apis.predict_pb2")
+
+from tensorflow_serving.apis import (  # noqa: E402
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from gateway.launch import free_ports  # noqa: E402
+from models.digits import held_out  # noqa: E402
+from models.tfserving.savedmodels import build_digits, build_strings, model_config_file  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tfs-models")
+    strings = build_strings(root / "strings", 7)
+    (strings / "7").rename(strings / "00000007")  # as TF Serving's own test models number them
+    return {"digits": build_digits(root / "digits"), "strings": strings}
+
+
+def _start(tmp: Path, *flags: str) -> tuple[subprocess.Popen, str, int]:
+    grpc_port, rest, http, v2_grpc, metrics = free_ports(5)
+    with open(tmp / "server.log", "wb") as log:  # (the child keeps its own descriptor)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "tensorflow-model-server", f"--port={grpc_port}",
+             f"--rest_api_port={rest}", f"--v2_http_port={http}", f"--v2_grpc_port={v2_grpc}",
+             f"--v2_metrics_port={metrics}", *flags],
+            cwd=tmp, env={**os.environ, "TMPDIR": str(tmp)}, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{rest}"
+
+    def available() -> bool:
+        assert server.poll() is None, (tmp / "server.log").read_text()
+        try:
+            states = httpx.get(f"{url}/v1/models/digits", timeout=2).json()
+        except httpx.HTTPError:
+            return False
+        return any(s["state"] == "AVAILABLE" for s in states.get("model_version_status", []))
+
+    wait_until(available, timeout_s=180)
+    return server, url, grpc_port
+
+
+@pytest.fixture(scope="module")
+def served(bases, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tfs-server")
+    config = model_config_file(tmp / "models.config", bases, policies={"digits": "all {}"},
+                               labels={"digits": {"stable": 1, "canary": 2}})  # fmt: skip
+    server, url, grpc_port = _start(tmp, f"--model_config_file={config}")
+    yield httpx.Client(base_url=url, timeout=60), grpc_port
+    server.terminate()
+    server.wait(60)
+
+
+@pytest.fixture(scope="module")
+def rest(served) -> httpx.Client:
+    return served[0]
+
+
+@pytest.fixture(scope="module")
+def stub(served):
+    channel = grpc.insecure_channel(f"127.0.0.1:{served[1]}")
+    yield (prediction_service_pb2_grpc.PredictionServiceStub(channel),
+           model_service_pb2_grpc.ModelServiceStub(channel))  # fmt: skip
+    channel.close()
+
+
+def test_status_lists_each_version_of_the_policy(rest) -> None:
+    ok = {"error_code": "OK", "error_message": ""}
+    assert rest.get("/v1/models/digits").json() == {"model_version_status": [
+        {"version": str(v), "state": "AVAILABLE", "status": ok} for v in (2, 1)  # newest first
+    ]}  # fmt: skip
+    # As TF Serving's: a version narrows the answer, a label does not.
+    one = rest.get("/v1/models/digits/versions/1").json()["model_version_status"]
+    assert [s["version"] for s in one] == ["1"]
+    labelled = rest.get("/v1/models/digits/labels/canary").json()["model_version_status"]
+    assert [s["version"] for s in labelled] == ["2", "1"]
+    missing = rest.get("/v1/models/nothing")
+    assert missing.status_code == 404 and "error" in missing.json()
+
+
+def test_predict_in_row_and_columnar_format(rest) -> None:
+    pixels, labels = held_out()
+    rows = pixels[:3].tolist()
+    # Version 1 has one output: its name is dropped, as TF Serving drops it.
+    one = rest.post("/v1/models/digits/versions/1:predict", json={"instances": rows}).json()
+    probabilities = np.array(one["predictions"])
+    assert probabilities.shape == (3, 10)
+    assert np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+    # The latest (2) has two: a row per instance, each naming both.
+    two = rest.post("/v1/models/digits:predict", json={"instances": rows}).json()["predictions"]
+    assert [r["digit"] for r in two] == np.argmax(probabilities, axis=1).tolist()
+    assert np.allclose([r["probabilities"] for r in two], probabilities, atol=1e-6)
+    columns = rest.post("/v1/models/digits/labels/canary:predict",
+                        json={"inputs": {"pixels": rows}}).json()["outputs"]  # fmt: skip
+    assert columns["digit"] == [r["digit"] for r in two]
+
+
+def test_strings_in_text_and_b64_and_other_signatures(rest) -> None:
+    upper = rest.post("/v1/models/strings:predict",
+                      json={"instances": ["abc", {"b64": "ZMOp"}]}).json()  # fmt: skip
+    assert upper["predictions"] == [
+        {"upper": "ABC", "length": 3},
+        {"upper": "D\u00c9", "length": 2},
+    ]
+    reversed_ = rest.post("/v1/models/strings:predict",
+                          json={"signature_name": "reverse", "inputs": ["abc"]}).json()  # fmt: skip
+    assert reversed_ == {"outputs": ["cba"]}
+
+
+def test_bad_requests_get_tf_serving_s_4xx(rest) -> None:
+    rows = held_out()[0][:2].tolist()
+    cases = [
+        ({"instances": rows, "inputs": rows}, "only one of 'inputs' or 'instances'"),
+        ({"signature_name": "serving_default"}, "Missing 'inputs' or 'instances' key"),
+        ({"instances": [rows[0], rows[1][:5]]}, "input 'pixels' is ragged"),
+        ({"instances": [["a"] * 64]}, "is not of expected type: float"),
+        (
+            {"signature_name": "nope", "instances": rows},
+            'Serving signature name: "nope" not found in signature def',
+        ),
+    ]
+    for body, word in cases:
+        answer = rest.post("/v1/models/digits:predict", json=body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert word in answer.json()["error"], answer.text
+    assert rest.post("/v1/models/digits:predict", content=b"{nope").status_code == 400
+    assert rest.post("/v1/models/nothing:predict", json={"instances": rows}).status_code == 404
+    label = rest.post("/v1/models/digits/labels/nope:predict", json={"instances": rows})
+    assert label.status_code in (400, 404)
+
+
+def test_nan_and_infinity_are_taken(rest) -> None:
+    body = b'{"instances": [[NaN, Infinity, -Infinity' + b", 0" * 61 + b"]]}"
+    answer = rest.post("/v1/models/digits/versions/1:predict", content=body)
+    assert answer.status_code == 200, answer.text
+    assert len(json.loads(answer.text)["predictions"][0]) == 10
+
+
+def test_metadata_lists_each_signature_of_the_version(rest) -> None:
+    latest = rest.get("/v1/models/digits/metadata").json()
+    assert latest["model_spec"] == {"name": "digits", "signature_name": "", "version": "2"}
+    defs = latest["metadata"]["signature_def"]["signature_def"]
+    assert sorted(defs) == ["logits", "serving_default"]
+    pixels = defs["serving_default"]["inputs"]["pixels"]
+    assert pixels["dtype"] == "DT_FLOAT"
+    assert [d["size"] for d in pixels["tensor_shape"]["dim"]] == ["-1", "64"]
+    assert defs["serving_default"]["method_name"] == "tensorflow/serving/predict"
+    first = rest.get("/v1/models/digits/versions/1/metadata").json()
+    assert list(first["metadata"]["signature_def"]["signature_def"]) == ["serving_default"]
+    assert rest.get("/v1/models/digits/versions/9/metadata").status_code == 404
+
+
+def test_malformed_paths_and_methods(rest) -> None:
+    assert rest.get("/v1/models/digits:predict").json() == {
+        "error": "Malformed request: GET /v1/models/digits:predict"
+    }
+    assert rest.post("/v1/models/digits/metadata").status_code == 400
+    assert rest.get("/v1/models").json() == {"error": "Missing model name in request."}
+
+
+def _pixels_request(rows: np.ndarray, **spec) -> predict_pb2.PredictRequest:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "digits"
+    for key, value in spec.items():
+        if key == "version":
+            request.model_spec.version.value = value
+        else:
+            setattr(request.model_spec, key, value)
+    request.inputs["pixels"].CopyFrom(tf.make_tensor_proto(rows))
+    return request
+
+
+def test_grpc_predict_with_the_unmodified_stubs(stub) -> None:
+    prediction, _ = stub
+    rows = held_out()[0][:4]
+    answer = prediction.Predict(_pixels_request(rows), 30)
+    assert answer.model_spec.name == "digits" and answer.model_spec.version.value == 2
+    assert answer.model_spec.signature_name == "serving_default"
+    probabilities = tf.make_ndarray(answer.outputs["probabilities"])
+    assert probabilities.shape == (4, 10) and len(answer.outputs["probabilities"].float_val) == 40
+    assert tf.make_ndarray(answer.outputs["digit"]).tolist() == probabilities.argmax(1).tolist()
+    # A label, and an output filter.
+    stable = prediction.Predict(_pixels_request(rows, version_label="stable"), 30)
+    assert stable.model_spec.version.value == 1 and list(stable.outputs) == ["probabilities"]
+    request = _pixels_request(rows, version=2)
+    request.output_filter.append("digit")
+    assert list(prediction.Predict(request, 30).outputs) == ["digit"]
+    logits = prediction.Predict(_pixels_request(rows, signature_name="logits"), 30)
+    assert tf.make_ndarray(logits.outputs["logits"]).shape == (4, 10)
+
+
+def test_grpc_errors_carry_tf_serving_s_codes_and_words(stub) -> None:
+    prediction, _ = stub
+    rows = held_out()[0][:1]
+    cases = [
+        (predict_pb2.PredictRequest(model_spec={"name": "intentionally_missing_model"}),
+         grpc.StatusCode.NOT_FOUND,
+         "Servable not found for request: Latest(intentionally_missing_model)"),
+        (_pixels_request(rows, signature_name="nope"), grpc.StatusCode.FAILED_PRECONDITION,
+         'Serving signature key "nope" not found.'),
+        (_pixels_request(rows, version=9), grpc.StatusCode.NOT_FOUND,
+         "Servable not found for request: Specific(digits, 9)"),
+        (_pixels_request(rows, version_label="nope"), grpc.StatusCode.INVALID_ARGUMENT,
+         "Unrecognized servable version label: nope"),
+        (predict_pb2.PredictRequest(model_spec={"name": "digits"}),
+         grpc.StatusCode.INVALID_ARGUMENT, "input size does not match signature: 0!=1"),
+    ]  # fmt: skip
+    for request, code, words in cases:
+        with pytest.raises(grpc.RpcError) as refused:
+            prediction.Predict(request, 30)
+        assert refused.value.code() == code and words in refused.value.details()
+    bad = _pixels_request(rows)
+    bad.output_filter.append("nothing")
+    with pytest.raises(grpc.RpcError, match="output tensor alias not found"):
+        prediction.Predict(bad, 30)
+
+
+def test_grpc_status_and_metadata(stub) -> None:
+    prediction, models = stub
+    status = models.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "digits"}), 30
+    )
+    assert [(s.version, s.state) for s in status.model_version_status] == [
+        (2, get_model_status_pb2.ModelVersionStatus.AVAILABLE),
+        (1, get_model_status_pb2.ModelVersionStatus.AVAILABLE),
+    ]
+    request = get_model_metadata_pb2.GetModelMetadataRequest(
+        model_spec={"name": "strings"}, metadata_field=["signature_def"]
+    )
+    metadata = prediction.GetModelMetadata(request, 30)
+    assert metadata.model_spec.version.value == 7  # its directory: 00000007
+    defs = get_model_metadata_pb2.SignatureDefMap()
+    assert metadata.metadata["signature_def"].Unpack(defs)
+    assert sorted(defs.signature_def) == ["reverse", "serving_default"]
+    assert defs.signature_def["reverse"].outputs["reversed"].dtype == tf.string.as_datatype_enum
