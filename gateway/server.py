@@ -218,9 +218,10 @@ class Gateway:
         )
         self._tasks.append(asyncio.create_task(self.metrics.serve(sockets=[metrics_socket])))
         await self.side.start(self.core, options)
-        self._tasks.extend(self.side.tasks)
 
         await self.repository.load_startup_models(options.load_models)
+        await self.side.start(self.core, options, after_loads=True)
+        self._tasks.extend(self.side.tasks)
         if options.model_control_mode == "poll":
             self._poller = asyncio.create_task(self._poll())
         if options.shed_lag_ms > 0:

@@ -48,6 +48,10 @@ class SideFront:
     # Whether it takes the server's --tls-cert (SageMaker's platform terminates TLS itself;
     # TorchServe's fronts carry keys and model control, so they do not go plain).
     tls: bool = False
+    # Whether it answers only once the start's models have loaded (TF Serving's, whose
+    # clients take its first answer as the models being there); its port is bound from
+    # the start, so connections wait in the backlog meanwhile.
+    after_loads: bool = False
 
 
 def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
@@ -93,18 +97,21 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
     return fronts
 
 
-def _tfserving_fronts(tfs: TfServingOptions) -> list[SideFront]:
+def _tfserving_fronts(tfs: TfServingOptions, options: Any) -> list[SideFront]:
     fronts = []
     if tfs.grpc_port is not None:
         fronts.append(SideFront(
             "TF Serving gRPC", "PredictionService and ModelService", tfs.grpc_port,
-            lambda core, server: add_tfserving_services(server, core, tfs.serving),
-            grpc=True, tls=True,
+            lambda core, server: add_tfserving_services(
+                server, core, tfs.serving, options.max_body_bytes),
+            grpc=True, tls=True, after_loads=True,
         ))  # fmt: skip
     if tfs.rest_port is not None:
         fronts.append(SideFront(
             "TF Serving REST", "API (/v1/models)", tfs.rest_port,
-            lambda core, o: create_rest_app(core, tfs.serving, o.max_body_bytes), tls=True,
+            lambda core, o: create_rest_app(
+                core, tfs.serving, o.max_body_bytes, tfs.rest_timeout_s), tls=True,
+            after_loads=True,
         ))  # fmt: skip
     return fronts
 
@@ -120,7 +127,7 @@ def side_fronts(options: Any) -> list[SideFront]:
     if options.torchserve is not None:
         fronts += _torchserve_fronts(options.torchserve, options)
     if options.tfserving is not None:
-        fronts += _tfserving_fronts(options.tfserving)
+        fronts += _tfserving_fronts(options.tfserving, options)
     return fronts
 
 
@@ -149,9 +156,13 @@ class SideServers:
             sock.close()
         self.sockets.clear()
 
-    async def start(self, core: Core, options: Any) -> None:
+    async def start(self, core: Core, options: Any, after_loads: bool = False) -> None:
+        """Start serving the fronts that open before the start's model loads, or (with
+        `after_loads`) those that open once they are done."""
         limits = options.limits
         for front, sock in zip(self.fronts, self.sockets, strict=True):
+            if front.after_loads != after_loads:
+                continue
             # A context of its own each: the gRPC server sets its ALPN on it.
             context = options.tls.ssl_context() if front.tls and options.tls else None
             if front.grpc:

@@ -25,7 +25,7 @@ def signature_defs(directory: Path) -> dict[str, Any]:
     path = directory / "saved_model.pb"
     try:
         model = saved_model_pb2.SavedModel.FromString(path.read_bytes())
-    except OSError as exc:
+    except OSError as exc:  # (FileNotFoundError too: a base path removed under us)
         raise SavedModelError(f"{path}: {exc.strerror or exc}") from None
     except Exception as exc:  # protobuf's DecodeError, and its kin
         raise SavedModelError(f"{path} is not a SavedModel: {exc}") from None

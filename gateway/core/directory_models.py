@@ -126,7 +126,9 @@ class DirectoryModels:
             return  # (one whose worker restarts is loaded: its requests wait for it)
         if not name or name.startswith(".") or name not in repository.model_names_on_disk():
             raise NotFound(f"model '{name}' is not in the model repository")
-        if name not in self._first_loads:
+        loading = self._first_loads.get(name)
+        if loading is None or (loading.done() and (loading.cancelled() or loading.exception())):
+            # (a load that failed is tried again by the next request)
             log.info("loading model '%s' for its first request", name)
             self._first_loads[name] = asyncio.ensure_future(repository.load(name))
         await asyncio.shield(self._first_loads[name])

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from accel_base.errors import InvalidArgument
-from accel_base.version_dirs import available_versions
+from accel_base.version_dirs import available_versions, version_dir
 from backends import BackendUnavailable
 from gateway.core.model_config import platform_of, read_config
 from gateway.core.model_dirs import versions_to_load
@@ -80,7 +80,7 @@ def _compile(args: argparse.Namespace) -> int:
     target = build_target(args.target, args.cuda_arch)
     filename = config.default_model_filename or "model.onnx"
     for version in versions:
-        artifact = model_dir / str(version) / filename
+        artifact = version_dir(model_dir, version) / filename
         if not artifact.is_file():
             raise BackendUnavailable(
                 f"model '{config.name}' version {version}: {artifact} is missing"

@@ -150,7 +150,13 @@ def test_bad_requests_get_tf_serving_s_4xx(rest) -> None:
     assert rest.post("/v1/models/digits:predict", content=b"{nope").status_code == 400
     assert rest.post("/v1/models/nothing:predict", json={"instances": rows}).status_code == 404
     label = rest.post("/v1/models/digits/labels/nope:predict", json={"instances": rows})
-    assert label.status_code in (400, 404)
+    assert label.json() == {"error": "Unrecognized servable version label: nope"}
+    assert label.status_code == 400
+    huge = rest.post("/v1/models/digits/versions/99999999999999999999:predict", json={})
+    assert huge.status_code == 400 and "Failed to convert version" in huge.text
+    # The path's case does not matter (the verb's does), as in TF Serving.
+    assert rest.post("/V1/Models/digits:predict", json={"instances": rows}).status_code == 200
+    assert rest.post("/v1/models/digits:PREDICT", json={"instances": rows}).status_code == 400
 
 
 def test_nan_and_infinity_are_taken(rest) -> None:

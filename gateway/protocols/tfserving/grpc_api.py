@@ -40,9 +40,10 @@ log = logging.getLogger("accel_gateway")
 _STATES = get_model_status_pb2.ModelVersionStatus.State
 
 
-def add_tfserving_services(server: Any, core: Core, tfs: TfServing) -> None:
+def add_tfserving_services(server: Any, core: Core, tfs: TfServing, max_bytes: int) -> None:
+    """`max_bytes`: the largest input a request may make (gRPC's message limit)."""
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(core, tfs), server
+        PredictionServicer(core, tfs, max_bytes), server
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(core, tfs), server)
 
@@ -92,8 +93,8 @@ def _filtered(output_filter: list[str], outputs: list[str]) -> list[str]:
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, core: Core, tfs: TfServing) -> None:
-        self.core, self.tfs = core, tfs
+    def __init__(self, core: Core, tfs: TfServing, max_bytes: int) -> None:
+        self.core, self.tfs, self.max_bytes = core, tfs, max_bytes
 
     async def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
         try:
@@ -118,7 +119,10 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         _check_inputs(list(request.inputs), list(specs))
         tensors = []
         for input_name, proto in request.inputs.items():
-            array, datatype = to_array(proto, input_name)
+            try:
+                array, datatype = to_array(proto, input_name, self.max_bytes)
+            except (ValueError, OverflowError) as exc:  # values that do not fit their dtype
+                raise invalid(f"tensor parsing error: {input_name} ({exc})") from None
             tensors.append(Tensor(input_name, datatype, array))
         outputs = _filtered(list(request.output_filter), [t["name"] for t in metadata["outputs"]])
         infer = InferRequest(model_name=target, model_version=number, inputs=tensors,

@@ -24,7 +24,7 @@ import numpy as np
 from accel_base.datatypes import NUMPY_DTYPES
 from accel_base.proto.tfserving.tensorflow.core.framework import types_pb2
 from gateway.protocols.tfserving.errors import invalid
-from gateway.protocols.tfserving.tensor_proto import V2_TO_DT
+from gateway.protocols.tfserving.tensor_proto import MAX_RANK, V2_TO_DT
 
 Specs = dict[str, str]  # an input's or output's name -> its V2 datatype
 _F32 = struct.Struct("<f")
@@ -35,6 +35,8 @@ def _shape_of(value: Any, name: str) -> tuple[int, ...]:
     shape = []
     level = value
     while isinstance(level, list):
+        if len(shape) == MAX_RANK:
+            raise invalid(f"input '{name}' nests deeper than {MAX_RANK} levels")
         shape.append(len(level))
         if not level:
             break
@@ -75,8 +77,9 @@ def _string(item: Any, name: str) -> bytes:
     if isinstance(item, str):
         return item.encode("utf-8")
     if isinstance(item, dict) and set(item) == {"b64"} and isinstance(item["b64"], str):
-        try:
-            return base64.b64decode(item["b64"], validate=True)
+        text = item["b64"]
+        try:  # (padding may be left out, as TF Serving's decoder allows)
+            return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
         except binascii.Error:
             raise invalid(f"Unable to base64 decode (input '{name}')") from None
     if isinstance(item, dict):

@@ -4,15 +4,17 @@ GetModelMetadata and REST's `GET .../metadata`."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import grpc
 from google.protobuf import json_format
 
 from accel_base.proto.tfserving.tensorflow_serving.apis import get_model_metadata_pb2
 from accel_base.version_dirs import version_dir
 from backends.tfserving.signatures import SavedModelError, signature_defs
 from gateway.core.interface import Core
-from gateway.protocols.tfserving.errors import TfsError, invalid
+from gateway.protocols.tfserving.errors import TfsError
 from gateway.protocols.tfserving.served import TfServing, missing
 
 
@@ -31,10 +33,15 @@ async def signature_def_map(
         version = max(ready)
     elif version not in ready:
         raise missing(name, version)
-    try:
-        defs = signature_defs(version_dir(model.base_path, version))
-    except SavedModelError as exc:
-        raise TfsError(invalid("").code, str(exc), 500) from None
+    defs = tfs.signature_defs.get((name, version))
+    if defs is None:
+        directory = version_dir(model.base_path, version)
+        try:  # (a saved_model.pb may be large: read off the event loop)
+            defs = await asyncio.to_thread(signature_defs, directory)
+        except SavedModelError as exc:
+            where = str(model.base_path)  # the client is told the version, not the path
+            raise TfsError(grpc.StatusCode.INTERNAL, str(exc).replace(where, name)) from None
+        tfs.signature_defs[(name, version)] = defs
     answer = get_model_metadata_pb2.SignatureDefMap()
     for key, definition in defs.items():
         answer.signature_def[key].CopyFrom(definition)

@@ -13,6 +13,7 @@ class TfServingOptions:
     serving: TfServing
     grpc_port: int | None = 8500  # None: that front is off
     rest_port: int | None = None
+    rest_timeout_s: float = 30.0  # --rest_api_timeout_in_ms
 
     def ports(self) -> dict[str, int]:
         named = {"TF Serving gRPC": self.grpc_port, "TF Serving REST": self.rest_port}

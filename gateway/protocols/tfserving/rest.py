@@ -10,11 +10,13 @@ on them, its words ("Servable not found for request: ...").
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 from typing import Any
-from urllib.parse import unquote
+
+import grpc
 
 from accel_base.errors import GatewayError, NotFound
 from gateway.core.inference import InferRequest, RequestedOutput, Tensor
@@ -30,11 +32,15 @@ from gateway.protocols.tfserving.status import version_states
 log = logging.getLogger("accel_gateway")
 
 # /v1/models/{name}[/versions/{n}|/labels/{label}][/metadata|:predict|:classify|:regress]
+# As TF Serving's: the path's case does not matter, the verb's and `metadata`'s do.
 _PATH = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)"
-    r"(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
-    r"(?:/(?P<metadata>metadata)|:(?P<verb>predict|classify|regress))?$"
+    r"(?:/versions/(?P<version>[0-9]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:/(?P<metadata>metadata)|:(?P<verb>[a-z]+))?$",
+    re.IGNORECASE,
 )
+_VERBS = ("predict", "classify", "regress")
+_INT64_MAX = 2**63 - 1
 
 
 async def _reply(send: Send, status: int, body: Any) -> None:
@@ -52,6 +58,8 @@ async def predict(
         body = json.loads(raw)  # (accepts NaN and Infinity, as TF Serving does)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"JSON Parse error: {exc}") from None
+    except RecursionError:
+        raise invalid("JSON Parse error: the document nests too deep") from None
     signature = body.get("signature_name", "") if isinstance(body, dict) else ""
     if not isinstance(signature, str):
         raise invalid("'signature_name' key must be a string value.")
@@ -76,7 +84,11 @@ async def predict(
     return response_text({t.name: (t.data, t.datatype) for t in response.outputs}, row)
 
 
-def create_rest_app(core: Core, tfs: TfServing, max_body_bytes: int) -> ASGIApp:
+def create_rest_app(
+    core: Core, tfs: TfServing, max_body_bytes: int, timeout_s: float = 30.0
+) -> ASGIApp:
+    """`timeout_s`: how long a prediction may take (--rest_api_timeout_in_ms)."""
+
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if not path.lower().startswith("/v1/"):
@@ -84,25 +96,32 @@ def create_rest_app(core: Core, tfs: TfServing, max_body_bytes: int) -> ASGIApp:
         malformed = invalid(f"Malformed request: {method} {path}")
         if path.rstrip("/") == "/v1/models":
             raise invalid("Missing model name in request.")
-        match = _PATH.match(path)
-        if match is None:
+        match = _PATH.match(path)  # (ASGI's path is decoded already)
+        if match is None or (match["verb"] and match["verb"] not in _VERBS):
             raise malformed
-        name = unquote(match["name"])
-        version = int(match["version"]) if match["version"] else None
-        label = unquote(match["label"] or "")
+        if match["metadata"] and match["metadata"] != "metadata":
+            raise malformed
+        name, label, version = match["name"], match["label"] or "", None
+        if match["version"]:
+            if len(match["version"]) > 19 or int(match["version"]) > _INT64_MAX:
+                raise invalid(f"Failed to convert version: {match['version']} to numeric.")
+            version = int(match["version"])
         if match["verb"]:
             if method != "POST":
                 raise malformed
             if match["verb"] != "predict":
-                raise TfsError(
-                    invalid("").code,
-                    f"{match['verb']} is not served yet here; call :predict on a signature",
-                    501,
-                )
+                message = f"{match['verb']} is not served by accel-gateway yet; call :predict"
+                raise TfsError(grpc.StatusCode.UNIMPLEMENTED, message)
             core.shedder.check()
             headers = dict(scope["headers"])
             raw = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
-            await _reply(send, 200, await predict(core, tfs, name, version, label, raw))
+            try:
+                async with asyncio.timeout(timeout_s):
+                    answer = await predict(core, tfs, name, version, label, raw)
+            except TimeoutError:
+                message = f"Deadline exceeded (--rest_api_timeout_in_ms: {timeout_s * 1000:g})"
+                raise TfsError(grpc.StatusCode.DEADLINE_EXCEEDED, message) from None
+            await _reply(send, 200, answer)
         elif method != "GET":
             raise malformed
         elif match["metadata"]:

@@ -101,6 +101,8 @@ class TfServing:
     signatures: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     batching: Batching | None = None
     labels_for_unavailable: bool = False  # --allow_version_labels_for_unavailable_models
+    # Each version's SignatureDefs, once read (a version's files do not change under it).
+    signature_defs: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
     def discover_signatures(self) -> dict[str, dict[str, list[int]]]:
         """Each model's signatures, as the versions on disk declare them now."""
@@ -141,11 +143,13 @@ class TfServing:
         having = self.signatures.get(name, {}).get(signature)
         if having is None:
             raise SignatureMissing(signature)
-        if version is None:  # the model's latest version, which must have the signature
+        if version is None:
+            # The model's latest version, which must have the signature; when the model
+            # (its serving_default) is not ready, the latest that has it.
             try:
                 version = max(int(v) for v in (await core.model_metadata(name))["versions"])
             except (GatewayError, ValueError):
-                raise missing(name, None) from None
+                version = max(having)
         if version not in having:
             raise SignatureMissing(signature)
         target = repository_name(name, signature)

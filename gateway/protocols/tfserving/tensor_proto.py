@@ -8,6 +8,7 @@ writes a Predict's outputs (its clients read `float_val` and the rest).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,15 +39,24 @@ def datatype_of(dtype: int, name: str) -> str:
     return datatype
 
 
-def to_array(proto: Any, name: str) -> tuple[np.ndarray, str]:
-    """An input's TensorProto as an array and its V2 datatype."""
+MAX_RANK = 32
+
+
+def to_array(proto: Any, name: str, max_bytes: int) -> tuple[np.ndarray, str]:
+    """An input's TensorProto as an array and its V2 datatype; refused past `max_bytes`
+    (a few `*_val` values may stand for a tensor of any size)."""
     datatype = datatype_of(proto.dtype, name)
     if proto.tensor_shape.unknown_rank:
         raise invalid(f"input '{name}' has an unknown rank; give its shape")
     shape = tuple(d.size for d in proto.tensor_shape.dim)
-    if any(d < 0 for d in shape):
-        raise invalid(f"input '{name}' has a negative dimension in its shape {list(shape)}")
-    count = int(np.prod(shape, dtype=np.int64))
+    if any(d < 0 for d in shape) or len(shape) > MAX_RANK:
+        raise invalid(f"input '{name}' has shape {list(shape)}: give at most {MAX_RANK} "
+                      "dimensions, none negative")  # fmt: skip
+    count = math.prod(shape)  # (Python's integers: no wrap-around)
+    itemsize = 8 if datatype == "BYTES" else NUMPY_DTYPES[datatype].itemsize
+    if count * itemsize > max_bytes:
+        raise invalid(f"input '{name}' of shape {list(shape)} would take {count * itemsize} "
+                      f"bytes, over the server's limit of {max_bytes}")  # fmt: skip
     if proto.tensor_content and datatype != "BYTES":
         dtype = NUMPY_DTYPES[datatype].newbyteorder("<")
         if len(proto.tensor_content) != count * dtype.itemsize:
@@ -54,20 +64,20 @@ def to_array(proto: Any, name: str) -> tuple[np.ndarray, str]:
                           f"bytes, but shape {list(shape)} of {datatype} needs "
                           f"{count * dtype.itemsize}")  # fmt: skip
         return np.frombuffer(proto.tensor_content, dtype=dtype).reshape(shape), datatype
-    values = getattr(proto, _FIELD[datatype])
+    values = getattr(proto, _FIELD[datatype])[:count]  # (extra values: ignored, as by TF)
     if datatype == "BYTES":
         flat = np.empty(len(values), dtype=object)
         flat[:] = list(values)
     elif datatype in ("FP16", "BF16"):
-        bits = np.array(values, dtype=np.uint16)  # the low 16 bits of each int32
+        bits = (np.array(values, dtype=np.int64) & 0xFFFF).astype(np.uint16)  # low 16 bits
         flat = bits.view(np.float16) if datatype == "FP16" else bits
+    elif datatype in ("INT8", "UINT8", "INT16", "UINT16"):
+        # int_val holds them as int32: TensorFlow keeps the low bits, as a C cast does.
+        flat = np.array(values, dtype=np.int64).astype(NUMPY_DTYPES[datatype])
     else:
         flat = np.array(values, dtype=NUMPY_DTYPES[datatype])
     if len(flat) == count:
         return flat.reshape(shape), datatype
-    if len(flat) > count:
-        raise invalid(f"input '{name}' holds {len(flat)} values, more than its shape "
-                      f"{list(shape)} has elements ({count})")  # fmt: skip
     # As TensorFlow reads it: the last value repeats to fill the shape; none, zeros.
     filled = np.empty(count, dtype=flat.dtype)
     filled[: len(flat)] = flat

@@ -9,8 +9,10 @@ A start script or a container's command changes `tensorflow_model_server` to
 (`<base_path>/<version>/saved_model.pb`) is served where it is (a mount: nothing is
 copied), with its version policy and labels, over TF Serving's REST API on
 `--rest_api_port` (off unless given, as TF Serving's) and over V2 on loopback
-(`--v2_http_port` / `--v2_grpc_port`, 8000 / 8001). As in TF Serving's container image,
-MODEL_NAME and MODEL_BASE_PATH stand in for `--model_name` and `--model_base_path`.
+(`--v2_http_port` / `--v2_grpc_port`, 8000 / 8001). TF Serving's ports answer once the
+models have loaded, as TF Serving's do. As in TF Serving's container image, with
+neither flag MODEL_BASE_PATH (and MODEL_NAME, default `model`) name the model at
+`$MODEL_BASE_PATH/$MODEL_NAME`.
 Flags that tune TF Serving's own C++ internals are accepted and named once at start as
 ignored; an unknown flag is refused by name (flags.py).
 """
@@ -20,13 +22,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
+from accel_base.version_dirs import available_versions
+from gateway import __version__
 from gateway.arguments import distinct_ports
 from gateway.operation.log_settings import LogSettings
 from gateway.protocols.tfserving.options import TfServingOptions
-from gateway.protocols.tfserving.served import Batching, TfServing
+from gateway.protocols.tfserving.served import Batching, TfModel, TfServing
 from gateway.tools.tfserving.flags import IGNORED, add_flags
 from gateway.tools.tfserving.model_config import ConfigFileError, read_batching, read_models
 
@@ -42,19 +48,37 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_flags(parser)
 
 
-def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOptions:
-    name = args.model_name or environ.get("MODEL_NAME") or "default"
-    base_path = args.model_base_path or environ.get("MODEL_BASE_PATH", "")
+def _models(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, TfModel]:
+    """The models: the config file's (which wins over --model_base_path, as in TF
+    Serving), the flags' one, or, with neither, the container image's variables."""
     if args.model_config_file:
-        if args.model_base_path:
-            raise ConfigFileError("give --model_config_file or --model_base_path, not both")
-        models = read_models(Path(args.model_config_file))
-    elif base_path:
-        if not args.model_base_path and "MODEL_NAME" in environ:
-            base_path = str(Path(base_path) / name)  # the container image's layout
-        models = read_models(None, name, Path(base_path))
-    else:
-        raise ConfigFileError("give --model_base_path (or MODEL_BASE_PATH) or --model_config_file")
+        return read_models(Path(args.model_config_file))
+    if args.model_base_path:
+        return read_models(None, args.model_name or "default", Path(args.model_base_path))
+    if "MODEL_BASE_PATH" in environ:  # as TF Serving's image: <MODEL_BASE_PATH>/<MODEL_NAME>
+        name = args.model_name or environ.get("MODEL_NAME") or "model"
+        return read_models(None, name, Path(environ["MODEL_BASE_PATH"]) / name)
+    raise ConfigFileError("give --model_base_path (or MODEL_BASE_PATH) or --model_config_file")
+
+
+def _check_labels(serving: TfServing) -> None:
+    """As TF Serving at start: a label names a version there is, unless
+    --allow_version_labels_for_unavailable_models."""
+    if serving.labels_for_unavailable:
+        return
+    for model in serving.models.values():
+        present = set(available_versions(model.base_path)) if model.base_path.is_dir() else set()
+        for label, version in model.labels.items():
+            if version not in present:
+                raise ConfigFileError(
+                    f"Request to assign label to version {version} of model {model.name}, "
+                    f"which is not currently available for inference (label '{label}'; "
+                    "--allow_version_labels_for_unavailable_models allows it)"
+                )
+
+
+def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOptions:
+    models = _models(args, environ)
     if args.batching_parameters_file and not args.enable_batching:
         raise ConfigFileError("--batching_parameters_file is set without --enable_batching")
     batching = None
@@ -63,8 +87,27 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
         batching = read_batching(Path(path)) if path else Batching()
     labels = args.allow_version_labels_for_unavailable_models
     serving = TfServing(models, batching=batching, labels_for_unavailable=labels)
+    _check_labels(serving)
     serving.signatures.update(serving.discover_signatures())
-    return TfServingOptions(serving, args.port or None, args.rest_api_port or None)
+    if args.port == 0:
+        raise ConfigFileError("--port=0: gRPC must have a port (a Unix socket is not served)")
+    rest = args.rest_api_port or None
+    if rest == args.port:
+        log.warning("--rest_api_port is --port: the REST API is not served (as TF Serving)")
+        rest = None
+    return TfServingOptions(serving, args.port, rest, args.rest_api_timeout_in_ms / 1000)
+
+
+def _warn_unserved(args: argparse.Namespace, serving: TfServing) -> None:
+    """What TF Serving would do that is not done here, said once at start."""
+    if args.grpc_socket_path:
+        log.warning("--grpc_socket_path: gRPC on a Unix socket is not served; it is on --port")
+    # (TF Serving looks every --file_system_poll_wait_seconds, 1 by default)
+    log.warning("new versions under a base path, and config file changes, are seen at start")
+    if args.enable_model_warmup:
+        for model in serving.models.values():
+            if any(model.base_path.glob("*/assets.extra/tf_serving_warmup_requests")):
+                log.warning("model '%s': its warm-up records are not replayed", model.name)
 
 
 # Flags of TF Serving's that change what it serves, which are not served here yet:
@@ -73,8 +116,6 @@ NOT_YET = {
     "monitoring_config_file": "TF Serving's Prometheus path is not served yet; the "
     "gateway's metrics are on --v2_metrics_port",
     "ssl_config_file": "TLS from an SSLConfig is not served yet",
-    "model_config_file_poll_wait_seconds": "re-reading the model config file is not "
-    "served yet; restart the server with the new file",
 }
 
 
@@ -83,15 +124,12 @@ def run(args: argparse.Namespace) -> int:
     from gateway.server import ServerOptions
 
     if args.version:
-        print("accel-gateway tensorflow-model-server (TF Serving's APIs)")
+        print(f"TensorFlow ModelServer: accel-gateway {__version__}")
         return 0
     for flag, why in NOT_YET.items():
         if getattr(args, flag):
             print(f"accel-gateway tensorflow-model-server: --{flag}: {why}", file=sys.stderr)
             return 2
-    if args.grpc_socket_path:
-        print("accel-gateway tensorflow-model-server: --grpc_socket_path: gRPC on a Unix "
-              "socket is not served; gRPC is on --port", file=sys.stderr)  # fmt: skip
     ignored = [f"--{flag}" for flag in IGNORED if getattr(args, flag) is not None]
     if ignored:
         print("accel-gateway tensorflow-model-server: these flags tune TF Serving's own "
@@ -103,8 +141,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigFileError, ValueError) as exc:
         print(f"accel-gateway tensorflow-model-server: {exc}", file=sys.stderr)
         return 2
-    repository = Path(os.environ.get("TMPDIR", "/tmp")) / f".accel-gateway-tfs-{os.getpid()}"
-    repository.mkdir(mode=0o700, exist_ok=True)  # holds nothing: every model is a mount
+    _warn_unserved(args, tfs.serving)
+    # The repository holds nothing of its own: every model is a mount.
+    repository = Path(tempfile.mkdtemp(prefix="accel-gateway-tfs-"))
     options = ServerOptions(
         model_repository=repository, host="127.0.0.1", http_port=args.v2_http_port,
         grpc_port=args.v2_grpc_port, metrics_port=args.v2_metrics_port,
@@ -115,4 +154,4 @@ def run(args: argparse.Namespace) -> int:
     try:
         return run_gateway(options, "accel-gateway tensorflow-model-server")
     finally:
-        repository.rmdir()
+        shutil.rmtree(repository, ignore_errors=True)

@@ -1,7 +1,9 @@
 """TF Serving's command-line flags as its binary spells them (`--name=value`, a boolean
 also bare), sorted by what the gateway does with them:
 
-- served: the ports, the models, the version label rule, the REST timeout;
+- served: the ports, the models, the version label rule, the REST timeout, batching
+  (max_batch_size and batch_timeout_micros of its parameters file);
+- NOT_YET (command.py): flags whose behaviour is not served yet, refused by name;
 - IGNORED: flags that tune TF Serving's own C++ internals (its thread pools, session
   options, file system caches); accepted, and named once at start;
 - anything else: argparse refuses it by name.

@@ -72,12 +72,22 @@ def test_columnar_inputs_are_whole_tensors() -> None:
         ({"inputs": [1]}, {"x": "BYTES"}, "expected type: string"),
         ({"inputs": [{"b64": "%%"}]}, {"x": "BYTES"}, "Unable to base64 decode"),
         ({"inputs": [{"b64": 1}]}, {"x": "BYTES"}, "not formatted correctly for base64"),
+        (
+            {"inputs": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+            {"x": "FP32"},
+            "nests deeper than 32",
+        ),
     ],
 )
 def test_bad_bodies_are_refused_with_what_was_wrong(body, specs, words) -> None:
     with pytest.raises(TfsError, match=words) as refused:
         request_inputs(body, specs)
     assert refused.value.http_status == 400
+
+
+def test_b64_padding_may_be_left_out() -> None:
+    inputs, _ = request_inputs({"inputs": [{"b64": "YQ"}, {"b64": "YWI="}]}, {"x": "BYTES"})
+    assert inputs["x"].tolist() == [b"a", b"ab"]
 
 
 def test_nan_and_infinity_in_and_out() -> None:

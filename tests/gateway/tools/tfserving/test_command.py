@@ -61,13 +61,41 @@ def test_a_bad_config_file_stops_the_start_in_tf_serving_s_words(tmp_path) -> No
 
 
 def test_model_name_and_base_path_from_the_container_s_variables(tmp_path) -> None:
-    args = _args()
-    one = _options(args, {"MODEL_NAME": "half", "MODEL_BASE_PATH": str(tmp_path)})
+    (tmp_path / "half" / "1").mkdir(parents=True)
+    env = {"MODEL_NAME": "half", "MODEL_BASE_PATH": str(tmp_path)}
+    one = _options(_args(), env)
     (model,) = one.serving.models.values()
     assert (model.name, model.base_path) == ("half", tmp_path / "half")  # /models/<name>
     assert one.grpc_port == 8500 and one.rest_port is None
-    given = _options(_args(f"--model_base_path={tmp_path}", "--model_name=x"), {})
-    assert given.serving.models["x"].base_path == tmp_path
+    # The flags win over the variables, and name "default" when no name is given.
+    given = _options(_args(f"--model_base_path={tmp_path}"), env)
+    assert list(given.serving.models) == ["default"]
+    assert given.serving.models["default"].base_path == tmp_path
+    # A config file wins over --model_base_path, as in TF Serving (its image passes both).
+    config = tmp_path / "models.config"
+    config.write_text(f'model_config_list {{ config {{ name: "c" base_path: "{tmp_path}" }} }}')
+    both = _options(_args(f"--model_config_file={config}", "--model_base_path=/x"), env)
+    assert list(both.serving.models) == ["c"]
+
+
+def test_ports_as_tf_serving_takes_them(tmp_path) -> None:
+    with pytest.raises(ConfigFileError, match="--port=0"):
+        _options(_args(f"--model_base_path={tmp_path}", "--port=0"), {})
+    same = _options(_args(f"--model_base_path={tmp_path}", "--port=9000",
+                          "--rest_api_port=9000"), {})  # fmt: skip
+    assert (same.grpc_port, same.rest_port) == (9000, None)  # REST skipped, as TF Serving
+
+
+def test_a_label_must_name_a_version_there_is(tmp_path) -> None:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    config = tmp_path / "models.config"
+    config.write_text(f'model_config_list {{ config {{ name: "m" base_path: "{tmp_path / "m"}" '
+                      'version_labels { key: "canary" value: 2 } } }')  # fmt: skip
+    with pytest.raises(ConfigFileError, match="label to version 2 of model m"):
+        _options(_args(f"--model_config_file={config}"), {})
+    allowed = _options(_args(f"--model_config_file={config}",
+                             "--allow_version_labels_for_unavailable_models"), {})  # fmt: skip
+    assert allowed.serving.models["m"].labels == {"canary": 2}
 
 
 def test_a_model_config_file_gives_policies_and_labels(tmp_path) -> None:
