@@ -24,7 +24,6 @@ from types import SimpleNamespace
 import grpc
 import httpx
 from google.protobuf import descriptor_pb2
-from grpc_tools import protoc
 
 from gateway.launch import GatewayProcess, free_ports
 
@@ -54,10 +53,14 @@ def extract(directory: Path) -> Path:
 
 
 def _protoc(include: Path, *args: str) -> None:
+    # In a process of its own: protoc's C++ protobuf and TensorFlow's, once TensorFlow is
+    # imported by an earlier test, crash when they meet in one process.
     well_known = importlib.resources.files("grpc_tools") / "_proto"
-    command = ["protoc", f"-I{include}", f"-I{well_known}", *args, *FILES.values()]
-    if protoc.main(command) != 0:
-        raise RuntimeError(f"protoc failed on TorchServe's protos: {command}")
+    command = [sys.executable, "-m", "grpc_tools.protoc", f"-I{include}", f"-I{well_known}",
+               *args, *FILES.values()]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"protoc failed on TorchServe's protos: {command}: {done.stderr}")
 
 
 def descriptors(directory: Path) -> dict[str, descriptor_pb2.FileDescriptorProto]:

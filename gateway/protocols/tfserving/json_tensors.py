@@ -19,11 +19,12 @@ import math
 import struct
 from typing import Any
 
+import grpc
 import numpy as np
 
 from accel_base.datatypes import NUMPY_DTYPES
 from accel_base.proto.tfserving.tensorflow.core.framework import types_pb2
-from gateway.protocols.tfserving.errors import invalid
+from gateway.protocols.tfserving.errors import TfsError, invalid
 from gateway.protocols.tfserving.tensor_proto import MAX_RANK, V2_TO_DT
 
 Specs = dict[str, str]  # an input's or output's name -> its V2 datatype
@@ -126,6 +127,9 @@ def to_array(value: Any, datatype: str, name: str) -> np.ndarray:
         array = np.empty(len(flat), dtype=object)
         array[:] = [_string(item, name) for item in flat]
         return array.reshape(shape)
+    if datatype == "BF16":  # (as TF Serving: its JSON reader has no bfloat16)
+        raise TfsError(grpc.StatusCode.UNIMPLEMENTED,
+                       f"Conversion of JSON Value to type: bfloat16 (input '{name}')")  # fmt: skip
     _check_numbers(flat, datatype, name)
     dtype = NUMPY_DTYPES[datatype]
     try:

@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import re
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
-
-from grpc_tools import protoc
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parents[2]
@@ -166,8 +165,12 @@ def _rewrites(name: str, text: str) -> list[tuple[str, str, str]]:
 def _protoc(proto_dir: Path, protos: Iterable[str], *options: str) -> None:
     include = importlib.resources.files("grpc_tools") / "_proto"
     args = [*options, *(str(proto_dir / p) for p in protos)]
-    if protoc.main(["grpc_tools.protoc", f"-I{proto_dir}", f"-I{include}", *args]) != 0:
-        raise RuntimeError(f"protoc failed: {' '.join(args)}")
+    # In a process of its own: protoc's C++ protobuf crashes a process that has imported
+    # TensorFlow's (a test suite's, say).
+    command = [sys.executable, "-m", "grpc_tools.protoc", f"-I{proto_dir}", f"-I{include}", *args]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"protoc failed: {' '.join(args)}: {done.stderr}")
 
 
 def generate(out_root: Path) -> list[Path]:

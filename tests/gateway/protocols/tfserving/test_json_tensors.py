@@ -85,6 +85,12 @@ def test_bad_bodies_are_refused_with_what_was_wrong(body, specs, words) -> None:
     assert refused.value.http_status == 400
 
 
+def test_bfloat16_is_not_read_from_json_as_in_tf_serving() -> None:
+    with pytest.raises(TfsError, match="bfloat16") as refused:
+        request_inputs({"inputs": [1.5]}, {"x": "BF16"})
+    assert refused.value.http_status == 501
+
+
 def test_b64_padding_may_be_left_out() -> None:
     inputs, _ = request_inputs({"inputs": [{"b64": "YQ"}, {"b64": "YWI="}]}, {"x": "BYTES"})
     assert inputs["x"].tolist() == [b"a", b"ab"]
