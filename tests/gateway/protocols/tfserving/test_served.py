@@ -1,0 +1,94 @@
+"""A TF Serving request's model spec resolved (served.py) and a model's version states
+(status.py), against a core that answers as the repository would."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from accel_base.errors import NotFound
+from gateway.protocols.tfserving.errors import TfsError
+from gateway.protocols.tfserving.served import SignatureMissing, TfModel, TfServing
+from gateway.protocols.tfserving.status import version_states
+
+
+class Core:
+    """What served.py and status.py ask of the core, as the repository answers it."""
+
+    def __init__(self, ready: dict[str, list[int]], rows: list[dict]) -> None:
+        self.ready, self.rows = ready, rows
+        self.loaded: list[str] = []
+
+    async def model_metadata(self, name: str, version: str = "") -> dict:
+        if not self.ready.get(name):
+            raise NotFound(f"model '{name}' is not ready")
+        return {"versions": [str(v) for v in self.ready[name]]}
+
+    async def load_on_first_use(self, name: str) -> None:
+        self.loaded.append(name)
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict]:
+        return self.rows
+
+
+def _serving() -> TfServing:
+    model = TfModel("m", Path("/models/m"), {"all": {}}, {"stable": 1})
+    return TfServing({"m": model}, signatures={"m": {"serving_default": [1, 2], "other": [1]}})
+
+
+def _resolve(core: Core, version=None, label="", signature=""):
+    return asyncio.run(_serving().resolve(core, "m", version, label, signature))
+
+
+def test_the_default_signature_is_the_model_itself() -> None:
+    core = Core({"m": [1, 2]}, [])
+    assert _resolve(core) == ("m", None)
+    assert _resolve(core, label="stable") == ("m", 1)
+    assert core.loaded == []
+
+
+def test_another_signature_is_its_own_model_loaded_on_first_use() -> None:
+    core = Core({"m": [1, 2]}, [])
+    assert _resolve(core, version=1, signature="other") == ("m:other", 1)
+    assert core.loaded == ["m:other"]
+    # The latest version (2) lacks it: as TF Serving, the signature is not found.
+    with pytest.raises(SignatureMissing):
+        _resolve(core, signature="other")
+    # With serving_default not ready, the latest version that has the signature.
+    assert _resolve(Core({}, []), signature="other") == ("m:other", 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"label": "nope"}, "Unrecognized servable version label: nope"),
+        ({"signature": "nope"}, 'Serving signature name: "nope" not found'),
+    ],
+)
+def test_what_the_model_does_not_have(kwargs, words) -> None:
+    with pytest.raises(TfsError, match=words):
+        _resolve(Core({"m": [1, 2]}, []), **kwargs)
+    with pytest.raises(TfsError, match=r"Servable not found for request: Latest\(x\)"):
+        asyncio.run(_serving().resolve(Core({}, []), "x", None, "", ""))
+
+
+def test_version_states_newest_first_with_failures_ended() -> None:
+    rows = [
+        {"name": "m", "version": "1", "state": "READY", "reason": ""},
+        {"name": "m", "version": "2", "state": "UNAVAILABLE", "reason": "no room"},
+        {"name": "m", "version": "3", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"name": "m", "version": "4", "state": "LOADING", "reason": ""},
+        {"name": "m:other", "version": "1", "state": "READY", "reason": ""},
+    ]
+    states = asyncio.run(version_states(Core({}, rows), _serving(), "m", None))
+    assert [(s["version"], s["state"], s["status"]["error_code"])
+            for s in states["model_version_status"]] == [
+        ("4", "LOADING", "OK"), ("3", "END", "OK"), ("2", "END", "UNKNOWN"),
+        ("1", "AVAILABLE", "OK"),
+    ]  # fmt: skip
+    one = asyncio.run(version_states(Core({}, rows), _serving(), "m", 1))
+    assert [s["version"] for s in one["model_version_status"]] == ["1"]
+    with pytest.raises(TfsError, match="Could not find version 9 of model m"):
+        asyncio.run(version_states(Core({}, rows), _serving(), "m", 9))
