@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from accel_base.errors import GatewayError, NotFound
+from accel_base.errors import GatewayError
 from accel_base.proto.tfserving.tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -23,7 +23,7 @@ from accel_base.proto.tfserving.tensorflow_serving.apis import (
     predict_pb2,
     prediction_service_pb2_grpc,
 )
-from gateway.core.inference import InferRequest, RequestedOutput, Tensor
+from gateway.core.inference import Tensor
 from gateway.core.interface import Core
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid
 from gateway.protocols.tfserving.metadata import signature_def_map
@@ -31,7 +31,6 @@ from gateway.protocols.tfserving.served import (
     DEFAULT_SIGNATURE,
     SignatureMissing,
     TfServing,
-    missing,
 )
 from gateway.protocols.tfserving.status import version_states
 from gateway.protocols.tfserving.tensor_proto import fill, to_array
@@ -109,14 +108,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.core.shedder.check()
         name, version, label = _spec(request)
         signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
-        target, resolved = await self.tfs.resolve(self.core, name, version, label, signature)
-        number = "" if resolved is None else str(resolved)
-        try:
-            metadata = await self.core.model_metadata(target, number)
-        except NotFound:
-            raise missing(name, resolved) from None
-        specs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
-        _check_inputs(list(request.inputs), list(specs))
+        served = await self.tfs.served(self.core, name, version, label, signature)
+        _check_inputs(list(request.inputs), list(served.inputs))
         tensors = []
         for input_name, proto in request.inputs.items():
             try:
@@ -124,13 +117,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             except (ValueError, OverflowError) as exc:  # values that do not fit their dtype
                 raise invalid(f"tensor parsing error: {input_name} ({exc})") from None
             tensors.append(Tensor(input_name, datatype, array))
-        outputs = _filtered(list(request.output_filter), [t["name"] for t in metadata["outputs"]])
-        infer = InferRequest(model_name=target, model_version=number, inputs=tensors,
-                             outputs=[RequestedOutput(o) for o in outputs])  # fmt: skip
-        try:
-            answer = await self.core.infer(infer)
-        except NotFound:
-            raise missing(name, resolved) from None
+        outputs = _filtered(list(request.output_filter), list(served.outputs))
+        answer = await served.run(self.core, tensors, outputs)
         response = predict_pb2.PredictResponse()
         response.model_spec.name = name
         response.model_spec.signature_name = signature

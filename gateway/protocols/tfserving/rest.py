@@ -18,15 +18,15 @@ from typing import Any
 
 import grpc
 
-from accel_base.errors import GatewayError, NotFound
-from gateway.core.inference import InferRequest, RequestedOutput, Tensor
+from accel_base.errors import GatewayError
+from gateway.core.inference import Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
 from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
 from gateway.protocols.tfserving.json_tensors import request_inputs, response_text
 from gateway.protocols.tfserving.metadata import metadata_json
-from gateway.protocols.tfserving.served import TfServing, missing
+from gateway.protocols.tfserving.served import TfServing
 from gateway.protocols.tfserving.status import version_states
 
 log = logging.getLogger("accel_gateway")
@@ -63,24 +63,10 @@ async def predict(
     signature = body.get("signature_name", "") if isinstance(body, dict) else ""
     if not isinstance(signature, str):
         raise invalid("'signature_name' key must be a string value.")
-    target, resolved = await tfs.resolve(core, name, version, label, signature)
-    number = "" if resolved is None else str(resolved)
-    try:
-        metadata = await core.model_metadata(target, number)
-    except NotFound:
-        raise missing(name, resolved) from None
-    specs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
-    inputs, row = request_inputs(body, specs)
-    request = InferRequest(
-        model_name=target,
-        model_version=number,
-        inputs=[Tensor(n, specs[n], array) for n, array in inputs.items()],
-        outputs=[RequestedOutput(t["name"]) for t in metadata["outputs"]],
-    )
-    try:
-        response = await core.infer(request)
-    except NotFound:
-        raise missing(name, resolved) from None
+    served = await tfs.served(core, name, version, label, signature)
+    inputs, row = request_inputs(body, served.inputs)
+    tensors = [Tensor(n, served.inputs[n], array) for n, array in inputs.items()]
+    response = await served.run(core, tensors, list(served.outputs))
     return response_text({t.name: (t.data, t.datatype) for t in response.outputs}, row)
 
 

@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel_base.errors import GatewayError
+import grpc
+
+from accel_base.errors import GatewayError, NotFound
 from backends.tfserving.signatures import signature_versions
+from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.interface import Core
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
 
@@ -52,7 +55,7 @@ class SignatureMissing(TfsError):
 
     def __init__(self, signature: str) -> None:
         message = f'Serving signature name: "{signature}" not found in signature def'
-        super().__init__(invalid("").code, message)
+        super().__init__(grpc.StatusCode.INVALID_ARGUMENT, message)
         self.signature = signature
 
 
@@ -89,6 +92,31 @@ def mount_config(model: TfModel, signature: str, batching: Batching | None) -> d
                if batching.allowed_batch_sizes else {}),
         }  # fmt: skip
     return config
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a request's model spec and signature run on: the repository's model and
+    version, and the signature's inputs and outputs (name -> V2 datatype)."""
+
+    name: str  # TF Serving's model name, for its errors
+    model: str
+    version: int | None  # None: the latest
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+
+    @property
+    def number(self) -> str:
+        return "" if self.version is None else str(self.version)
+
+    async def run(self, core: Core, inputs: list[Tensor], outputs: list[str]) -> InferResponse:
+        """The signature on these inputs, answering `outputs`."""
+        request = InferRequest(model_name=self.model, model_version=self.number, inputs=inputs,
+                               outputs=[RequestedOutput(o) for o in outputs])  # fmt: skip
+        try:
+            return await core.infer(request)
+        except NotFound:  # unloaded since it was resolved
+            raise missing(self.name, self.version) from None
 
 
 @dataclass
@@ -130,6 +158,20 @@ class TfServing:
                 raise invalid(f"Unrecognized servable version label: {label}")
             version = model.labels[label]
         return model, version
+
+    async def served(
+        self, core: Core, name: str, version: int | None, label: str, signature: str
+    ) -> Served:
+        """resolve(), with the signature's inputs and outputs."""
+        model, resolved = await self.resolve(core, name, version, label, signature)
+        number = "" if resolved is None else str(resolved)
+        try:
+            metadata = await core.model_metadata(model, number)
+        except NotFound:
+            raise missing(name, resolved) from None
+        inputs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
+        outputs = {t["name"]: t["datatype"] for t in metadata["outputs"]}
+        return Served(name, model, resolved, inputs, outputs)
 
     async def resolve(
         self, core: Core, name: str, version: int | None, label: str, signature: str
