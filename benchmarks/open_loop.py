@@ -17,6 +17,7 @@ import contextlib
 import gc
 import json
 import re
+import subprocess
 import time
 from collections import deque
 from collections.abc import Coroutine
@@ -266,3 +267,19 @@ def binary_infer_request(
         {"Inference-Header-Content-Length": str(len(header)),
          "Content-Type": "application/octet-stream"},
     )  # fmt: skip
+
+
+def wait_for_model(
+    port: int, request: bytes, timeout_s: float = 300, process: subprocess.Popen | None = None
+) -> None:
+    """Until a request to `port` is answered (a server may listen before its models load);
+    a `process` that exits ends the wait."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        rate, _ = run_generator(closed_loop_latencies("127.0.0.1", port, request, 1, 0.5))
+        if rate > 0:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"no prediction answered on port {port} in {timeout_s:g} s")

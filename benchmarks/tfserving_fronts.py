@@ -35,6 +35,7 @@ from benchmarks.open_loop import (
     closed_loop_latencies,
     http_request,
     run_generator,
+    wait_for_model,
 )
 from benchmarks.perf import pin_to
 from gateway.launch import free_ports
@@ -100,17 +101,6 @@ def _signature_rate(version_dir: str, row_file: str, seconds: str) -> None:
     print(count / (time.perf_counter() - start))
 
 
-def _wait(rest: int, server: subprocess.Popen, request: bytes) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.returncode}")
-        if run_generator(closed_loop_latencies("127.0.0.1", rest, request, 1, 0.5))[0] > 0:
-            return
-        time.sleep(1)
-    raise RuntimeError("the model did not answer within 300 s")
-
-
 def main() -> None:
     if sys.argv[1:2] == ["--floor-of"]:  # the floor's own process
         _signature_rate(*sys.argv[2:5])
@@ -146,7 +136,7 @@ def main() -> None:
     pin_to(args.client_core)
     try:
         requests = _requests(rest, http, row)
-        _wait(rest, server, requests["TF Serving REST (row)"][0])
+        wait_for_model(rest, requests["TF Serving REST (row)"][0], process=server)
         rates: dict[tuple[str, int], float] = {}
         for concurrency in args.concurrency:
             for name, (request, is_grpc) in requests.items():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.open_loop import closed_loop_latencies, http_request, run_generator
+from benchmarks.open_loop import closed_loop_latencies, http_request, run_generator, wait_for_model
 from benchmarks.perf import pin_to
 from gateway.launch import free_ports
 from models.digits import held_out
@@ -46,17 +46,6 @@ def wait_for_ping(port: int, process: subprocess.Popen | None, timeout_s: float 
             pass
         time.sleep(0.5)
     raise RuntimeError(f"nothing answered /ping on port {port} in {timeout_s:g} s")
-
-
-def wait_for_model(port: int, request: bytes, timeout_s: float = 300) -> None:
-    """Until a prediction is answered (TorchServe answers /ping before its workers load)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        rate, _ = run_generator(closed_loop_latencies("127.0.0.1", port, request, 1, 0.5))
-        if rate > 0:
-            return
-        time.sleep(1)
-    raise RuntimeError(f"no prediction answered on port {port} in {timeout_s:g} s")
 
 
 def measure(port: int, request: bytes, args: argparse.Namespace) -> dict[int, tuple[float, float]]:
