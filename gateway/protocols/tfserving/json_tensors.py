@@ -240,14 +240,16 @@ def _element_texts(array: np.ndarray, datatype: str, name: str) -> list[str]:
     return [str(v) for v in flat.tolist()]
 
 
-def _nest(texts: list[str], shape: tuple[int, ...]) -> str:
-    if not shape:
-        return texts[0]
+def _items(texts: list[str], shape: tuple[int, ...]) -> list[str]:
+    """The JSON of each item along the first dimension of a tensor of element `texts`."""
     if len(shape) == 1:
-        return "[" + ", ".join(texts) + "]"
+        return texts
     step = len(texts) // shape[0] if shape[0] else 0
-    return "[" + ", ".join(_nest(texts[i * step : (i + 1) * step], shape[1:])
-                           for i in range(shape[0])) + "]"  # fmt: skip
+    return [_nest(texts[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _nest(texts: list[str], shape: tuple[int, ...]) -> str:
+    return texts[0] if not shape else "[" + ", ".join(_items(texts, shape)) + "]"
 
 
 def tensor_text(array: np.ndarray, datatype: str, name: str) -> str:
@@ -256,9 +258,7 @@ def tensor_text(array: np.ndarray, datatype: str, name: str) -> str:
 
 
 def _rows(array: np.ndarray, datatype: str, name: str) -> list[str]:
-    texts = _element_texts(array, datatype, name)
-    step = len(texts) // array.shape[0] if array.shape[0] else 0
-    return [_nest(texts[i * step : (i + 1) * step], array.shape[1:]) for i in range(array.shape[0])]
+    return _items(_element_texts(array, datatype, name), array.shape)
 
 
 def response_text(outputs: dict[str, tuple[np.ndarray, str]], row: bool) -> str:
