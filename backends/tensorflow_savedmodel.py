@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from accel_base.cpu import usable_cores  # noqa: E402
+from accel_base.errors import InvalidArgument  # noqa: E402
 from accel_base.proto import model_config_pb2 as mc  # noqa: E402
 from backends.base import BackendUnavailable, Device, TensorSpec, first_line  # noqa: E402
 from backends.buckets import (
@@ -196,8 +197,13 @@ class SavedModelBackend(BucketedBackend):
             if spec.datatype == "BF16":  # BF16 travels as uint16 bit patterns
                 array = array.view(ml_dtypes.bfloat16)
             feed[spec.name] = tf.constant(array)
-        with tf.device(self._tf_device):
-            return self._call(**feed)
+        try:
+            with tf.device(self._tf_device):
+                return self._call(**feed)
+        except tf.errors.InvalidArgumentError as exc:  # the inputs' values, not the model
+            raise InvalidArgument(
+                f"TensorFlow refused the inputs: {first_line(exc.message)}"
+            ) from None
 
     def memory_bytes(self) -> int:
         return sum(v.shape.num_elements() * v.dtype.size for v in self._signature.variables)

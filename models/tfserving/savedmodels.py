@@ -94,3 +94,50 @@ def model_config_file(path: Path, models: dict[str, Path], policies: dict[str, s
         entries.append("  config {\n" + "\n".join(lines) + "\n  }")
     path.write_text("model_config_list {\n" + "\n".join(entries) + "\n}\n")
     return path
+
+
+def build_examples(base_path: Path, version: int = 1) -> Path:
+    """The digits classifier on serialized tf.Examples (feature `pixels`, 64 floats), as
+    TF Serving's classify and regress methods take them: a TF1-style SavedModel, since
+    only its builder writes those methods into a signature. Signatures:
+
+    - `serving_default` (predict): `pixels` (f32[None, 64]) -> `probabilities`;
+    - `classify` (classify): `inputs` -> `classes` ("0".."9", string[None, 10]), `scores`;
+    - `classify_scores` (classify): `inputs` -> `scores` alone;
+    - `regress` (regress): `inputs` -> `outputs`, the expected digit (f32[None]), the sum
+      of each digit times its probability;
+    - `regress_column` (regress): the same as f32[None, 1].
+    """
+    logits = digits_keras.train().layers[0]
+    w1, b1 = logits.get_layer("hidden").get_weights()
+    w2, b2 = logits.get_layer("logits").get_weights()
+    v1 = tf.compat.v1
+    signature = v1.saved_model.signature_def_utils
+
+    def probabilities(pixels):
+        hidden = tf.nn.relu(tf.matmul(pixels * dt.PIXEL_SCALE, w1) + b1)
+        return tf.nn.softmax(tf.matmul(hidden, w2) + b2)
+
+    with tf.Graph().as_default() as graph:
+        examples = v1.placeholder(tf.string, [None], name="tf_example")
+        features = {dt.INPUT: tf.io.FixedLenFeature([dt.N_PIXELS], tf.float32)}
+        scores = probabilities(tf.io.parse_example(examples, features)[dt.INPUT])
+        labels = tf.constant([[str(d) for d in range(dt.N_CLASSES)]])
+        classes = tf.tile(labels, [tf.shape(scores)[0], 1])
+        expected = tf.reduce_sum(scores * tf.range(float(dt.N_CLASSES)), axis=1)
+        pixels = v1.placeholder(tf.float32, [None, dt.N_PIXELS], name=dt.INPUT)
+        predict = signature.predict_signature_def(
+            {dt.INPUT: pixels}, {dt.OUTPUT: probabilities(pixels)}
+        )
+        signatures = {
+            "serving_default": predict,
+            "classify": signature.classification_signature_def(examples, classes, scores),
+            "classify_scores": signature.classification_signature_def(examples, None, scores),
+            "regress": signature.regression_signature_def(examples, expected),
+            "regress_column": signature.regression_signature_def(examples, expected[:, None]),
+        }
+        builder = v1.saved_model.Builder(str(base_path / str(version)))
+        with v1.Session(graph=graph) as session:
+            builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map=signatures)
+        builder.save()
+    return base_path

@@ -6,9 +6,6 @@ with a real server process on free ports, called with plain HTTP and with the un
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -27,10 +24,9 @@ from tensorflow_serving.apis import (  # noqa: E402
     prediction_service_pb2_grpc,
 )
 
-from gateway.launch import free_ports  # noqa: E402
 from models.digits import held_out  # noqa: E402
 from models.tfserving.savedmodels import build_digits, build_strings, model_config_file  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from tests.integration.tfserving_server import start_tfserving  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -41,35 +37,12 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     return {"digits": build_digits(root / "digits"), "strings": strings}
 
 
-def _start(tmp: Path, *flags: str) -> tuple[subprocess.Popen, str, int]:
-    grpc_port, rest, http, v2_grpc, metrics = free_ports(5)
-    with open(tmp / "server.log", "wb") as log:  # (the child keeps its own descriptor)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "tensorflow-model-server", f"--port={grpc_port}",
-             f"--rest_api_port={rest}", f"--v2_http_port={http}", f"--v2_grpc_port={v2_grpc}",
-             f"--v2_metrics_port={metrics}", *flags],
-            cwd=tmp, env={**os.environ, "TMPDIR": str(tmp)}, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{rest}"
-
-    def available() -> bool:
-        assert server.poll() is None, (tmp / "server.log").read_text()
-        try:
-            states = httpx.get(f"{url}/v1/models/digits", timeout=2).json()
-        except httpx.HTTPError:
-            return False
-        return any(s["state"] == "AVAILABLE" for s in states.get("model_version_status", []))
-
-    wait_until(available, timeout_s=180)
-    return server, url, grpc_port
-
-
 @pytest.fixture(scope="module")
 def served(bases, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tfs-server")
     config = model_config_file(tmp / "models.config", bases, policies={"digits": "all {}"},
                                labels={"digits": {"stable": 1, "canary": 2}})  # fmt: skip
-    server, url, grpc_port = _start(tmp, f"--model_config_file={config}")
+    server, url, grpc_port = start_tfserving(tmp, "digits", f"--model_config_file={config}")
     yield httpx.Client(base_url=url, timeout=60), grpc_port
     server.terminate()
     server.wait(60)

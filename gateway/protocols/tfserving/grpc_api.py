@@ -1,11 +1,12 @@
 """TF Serving's gRPC services on `--port` (8500), under their own names, so that the
 unmodified `tensorflow-serving-api` stubs call them:
 
-- `tensorflow.serving.PredictionService`: Predict and GetModelMetadata;
+- `tensorflow.serving.PredictionService`: Predict, Classify, Regress, MultiInference
+  (classify.py) and GetModelMetadata;
 - `tensorflow.serving.ModelService`: GetModelStatus.
 
-Classify, Regress, MultiInference and HandleReloadConfigRequest answer UNIMPLEMENTED,
-saying so. Errors carry TF Serving's codes and words (errors.py).
+HandleReloadConfigRequest answers UNIMPLEMENTED, saying so. Errors carry TF Serving's
+codes and words (errors.py).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from accel_base.errors import GatewayError
 from accel_base.proto.tfserving.tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
 )
 from gateway.core.inference import Tensor
 from gateway.core.interface import Core
+from gateway.protocols.tfserving.classify import CLASSIFY, Methods, Spec
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid
 from gateway.protocols.tfserving.metadata import signature_def_map
 from gateway.protocols.tfserving.served import (
@@ -94,6 +97,7 @@ def _filtered(output_filter: list[str], outputs: list[str]) -> list[str]:
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, core: Core, tfs: TfServing, max_bytes: int) -> None:
         self.core, self.tfs, self.max_bytes = core, tfs, max_bytes
+        self.methods = Methods(core, tfs)
 
     async def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
         try:
@@ -146,13 +150,44 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             await _abort(context, exc)
 
     async def Classify(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "Classify")
+        try:
+            return await self.methods.classify(request, self._spec(request))
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
 
     async def Regress(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "Regress")
+        try:
+            return await self.methods.regress(request, self._spec(request))
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
+
+    def _spec(self, request: Any) -> Spec:
+        self.core.shedder.check()
+        name, version, label = _spec(request)
+        return Spec(name, version, label, request.model_spec.signature_name)
 
     async def MultiInference(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "MultiInference")
+        try:
+            self.core.shedder.check()
+            first = request.tasks[0].model_spec if request.tasks else None
+            if first is None or not first.name:
+                raise invalid("ModelSpec has no name specified.")
+            version = first.version.value if first.HasField("version") else None
+            spec = Spec(first.name, version, first.version_label, first.signature_name)
+            tasks = [(task.model_spec, task.method_name) for task in request.tasks]
+            done = await self.methods.multi_inference(tasks, spec, request.input)
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
+            return None
+        response = inference_pb2.MultiInferenceResponse()
+        for model_spec, method, result in done:
+            row = response.results.add()
+            row.model_spec.CopyFrom(model_spec)
+            if method == CLASSIFY:
+                row.classification_result.CopyFrom(result)
+            else:
+                row.regression_result.CopyFrom(result)
+        return response
 
 
 async def _unimplemented(context: Any, method: str) -> None:

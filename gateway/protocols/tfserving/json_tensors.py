@@ -206,7 +206,7 @@ def request_inputs(body: Any, specs: Specs) -> tuple[dict[str, np.ndarray], bool
     raise invalid("Missing 'inputs' or 'instances' key")
 
 
-def _float_text(value: float, single: bool) -> str:
+def float_text(value: float, single: bool) -> str:
     """As TF Serving writes a float: `%g`, or all the digits when `%g` does not read back
     as the same value, with `.0` on a whole number; NaN and Infinity bare."""
     if value != value:
@@ -232,9 +232,9 @@ def _element_texts(array: np.ndarray, datatype: str, name: str) -> list[str]:
     if datatype in ("FP32", "FP16", "BF16"):
         if datatype == "BF16":  # its bit patterns, as the batch carries them
             flat = (flat.astype(np.uint32) << 16).view(np.float32)
-        return [_float_text(v, True) for v in flat.astype(np.float32).tolist()]
+        return [float_text(v, True) for v in flat.astype(np.float32).tolist()]
     if datatype == "FP64":
-        return [_float_text(v, False) for v in flat.tolist()]
+        return [float_text(v, False) for v in flat.tolist()]
     if datatype == "BOOL":
         return ["true" if v else "false" for v in flat.tolist()]
     return [str(v) for v in flat.tolist()]

@@ -15,33 +15,57 @@ from accel_base.version_dirs import version_dir
 from backends.tfserving.signatures import SavedModelError, signature_defs
 from gateway.core.interface import Core
 from gateway.protocols.tfserving.errors import TfsError
-from gateway.protocols.tfserving.served import TfServing, missing
+from gateway.protocols.tfserving.served import Served, TfServing, missing
+
+
+async def _ready_versions(core: Core, name: str) -> list[int]:
+    return [
+        int(row["version"]) for row in await core.repository_index(ready_only=True)
+        if row["name"] == name and row["version"]
+    ]  # fmt: skip
+
+
+async def latest_version(core: Core, tfs: TfServing, name: str) -> int:
+    """The newest version of `name` that is ready, or TF Serving's not-found."""
+    ready = await _ready_versions(core, name)
+    if not ready:
+        raise missing(name, None)
+    return max(ready)
+
+
+async def _version_defs(tfs: TfServing, name: str, version: int) -> dict[str, Any]:
+    """A version's SignatureDefs (read once: a version's files do not change under it)."""
+    defs = tfs.signature_defs.get((name, version))
+    if defs is None:
+        directory = version_dir(tfs.models[name].base_path, version)
+        try:  # (a saved_model.pb may be large: read off the event loop)
+            defs = await asyncio.to_thread(signature_defs, directory)
+        except SavedModelError as exc:
+            where = str(tfs.models[name].base_path)  # the client is told the name, not the path
+            raise TfsError(grpc.StatusCode.INTERNAL, str(exc).replace(where, name)) from None
+        tfs.signature_defs[(name, version)] = defs
+    return defs
+
+
+async def method_name(core: Core, tfs: TfServing, served: Served, signature: str) -> str:
+    """The `method_name` of a signature as the version it runs on declares it."""
+    version = served.version
+    if version is None:
+        version = await latest_version(core, tfs, served.name)
+    definition = (await _version_defs(tfs, served.name, version)).get(signature)
+    return "" if definition is None else definition.method_name
 
 
 async def signature_def_map(
     core: Core, tfs: TfServing, name: str, version: int | None, label: str
 ) -> tuple[int, Any]:
     """The version answered and its tensorflow.serving.SignatureDefMap."""
-    model, version = tfs.labelled(name, version, label)
-    ready = [
-        int(row["version"]) for row in await core.repository_index(ready_only=True)
-        if row["name"] == name and row["version"]
-    ]  # fmt: skip
+    _, version = tfs.labelled(name, version, label)
     if version is None:
-        if not ready:
-            raise missing(name, None)
-        version = max(ready)
-    elif version not in ready:
+        version = await latest_version(core, tfs, name)
+    elif version not in await _ready_versions(core, name):
         raise missing(name, version)
-    defs = tfs.signature_defs.get((name, version))
-    if defs is None:
-        directory = version_dir(model.base_path, version)
-        try:  # (a saved_model.pb may be large: read off the event loop)
-            defs = await asyncio.to_thread(signature_defs, directory)
-        except SavedModelError as exc:
-            where = str(model.base_path)  # the client is told the version, not the path
-            raise TfsError(grpc.StatusCode.INTERNAL, str(exc).replace(where, name)) from None
-        tfs.signature_defs[(name, version)] = defs
+    defs = await _version_defs(tfs, name, version)
     answer = get_model_metadata_pb2.SignatureDefMap()
     for key, definition in defs.items():
         answer.signature_def[key].CopyFrom(definition)

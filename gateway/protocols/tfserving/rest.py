@@ -2,7 +2,9 @@
 
 - `GET /v1/models/{m}[/versions/{v}|/labels/{l}]`: the model's version states;
 - `GET .../metadata`: its signatures (metadata.py);
-- `POST .../{m}[...]:predict`: a signature run on JSON tensors (json_tensors.py).
+- `POST .../{m}[...]:predict`: a signature run on JSON tensors (json_tensors.py);
+- `POST ...:classify` and `...:regress`: a classify or regress signature run on JSON
+  tf.Examples (examples.py, classify.py).
 
 Errors are `{"error": "..."}` with TF Serving's status codes and, where clients match
 on them, its words ("Servable not found for request: ...").
@@ -23,7 +25,16 @@ from gateway.core.inference import Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
 from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
+from gateway.protocols.tfserving.classify import (
+    CLASSIFY,
+    REGRESS,
+    Methods,
+    Spec,
+    classify_json,
+    regress_json,
+)
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
+from gateway.protocols.tfserving.examples import input_from_json
 from gateway.protocols.tfserving.json_tensors import request_inputs, response_text
 from gateway.protocols.tfserving.metadata import metadata_json
 from gateway.protocols.tfserving.served import TfServing
@@ -48,21 +59,30 @@ async def _reply(send: Send, status: int, body: Any) -> None:
     await respond(send, status, text.encode(), [(b"content-type", b"application/json")])
 
 
-async def predict(
-    core: Core, tfs: TfServing, name: str, version: int | None, label: str, raw: bytes
-) -> str:
-    """A `:predict` body's answer (`predictions` or `outputs`), as JSON text."""
+def _parsed(raw: bytes) -> Any:
     if not raw.strip():
         raise invalid("JSON Parse error: The document is empty")
     try:
-        body = json.loads(raw)  # (accepts NaN and Infinity, as TF Serving does)
+        return json.loads(raw)  # (accepts NaN and Infinity, as TF Serving does)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"JSON Parse error: {exc}") from None
     except RecursionError:
         raise invalid("JSON Parse error: the document nests too deep") from None
+
+
+def _signature(body: Any) -> str:
     signature = body.get("signature_name", "") if isinstance(body, dict) else ""
     if not isinstance(signature, str):
         raise invalid("'signature_name' key must be a string value.")
+    return signature
+
+
+async def predict(
+    core: Core, tfs: TfServing, name: str, version: int | None, label: str, raw: bytes
+) -> str:
+    """A `:predict` body's answer (`predictions` or `outputs`), as JSON text."""
+    body = _parsed(raw)
+    signature = _signature(body)
     served = await tfs.served(core, name, version, label, signature)
     inputs, row = request_inputs(body, served.inputs)
     tensors = [Tensor(n, served.inputs[n], array) for n, array in inputs.items()]
@@ -70,10 +90,26 @@ async def predict(
     return response_text({t.name: (t.data, t.datatype) for t in response.outputs}, row)
 
 
+async def classify_or_regress(
+    methods: Methods, name: str, version: int | None, label: str, raw: bytes, verb: str
+) -> str:
+    """A `:classify` or `:regress` body's answer (`results`), as JSON text."""
+    body = _parsed(raw)
+    if not isinstance(body, dict):
+        raise invalid(f"JSON Value: {json.dumps(body)[:256]} Is not object")
+    spec = Spec(name, version, label, _signature(body))
+    if verb == "classify":
+        result, _ = await methods.run(spec, CLASSIFY, input_from_json(body))
+        return classify_json(result)
+    result, _ = await methods.run(spec, REGRESS, input_from_json(body))
+    return regress_json(result)
+
+
 def create_rest_app(
     core: Core, tfs: TfServing, max_body_bytes: int, timeout_s: float = 30.0
 ) -> ASGIApp:
     """`timeout_s`: how long a prediction may take (--rest_api_timeout_in_ms)."""
+    methods = Methods(core, tfs)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
@@ -95,15 +131,17 @@ def create_rest_app(
         if match["verb"]:
             if method != "POST":
                 raise malformed
-            if match["verb"] != "predict":
-                message = f"{match['verb']} is not served by accel-gateway yet; call :predict"
-                raise TfsError(grpc.StatusCode.UNIMPLEMENTED, message)
             core.shedder.check()
             headers = dict(scope["headers"])
             raw = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
             try:
                 async with asyncio.timeout(timeout_s):
-                    answer = await predict(core, tfs, name, version, label, raw)
+                    if match["verb"] == "predict":
+                        answer = await predict(core, tfs, name, version, label, raw)
+                    else:
+                        answer = await classify_or_regress(
+                            methods, name, version, label, raw, match["verb"]
+                        )
             except TimeoutError:
                 message = f"Deadline exceeded (--rest_api_timeout_in_ms: {timeout_s * 1000:g})"
                 raise TfsError(grpc.StatusCode.DEADLINE_EXCEEDED, message) from None

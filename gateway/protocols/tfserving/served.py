@@ -129,6 +129,7 @@ class TfServing:
     signatures: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     batching: Batching | None = None
     labels_for_unavailable: bool = False  # --allow_version_labels_for_unavailable_models
+    method_check: bool = False  # --enable_signature_method_name_check
     # Each version's SignatureDefs, once read (a version's files do not change under it).
     signature_defs: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
@@ -193,6 +194,9 @@ class TfServing:
             except (GatewayError, ValueError):
                 version = max(having)
         if version not in having:
+            known = {v for versions in self.signatures.get(name, {}).values() for v in versions}
+            if version not in known:  # no such version: the servable is what is missing
+                raise missing(name, version)
             raise SignatureMissing(signature)
         target = repository_name(name, signature)
         try:

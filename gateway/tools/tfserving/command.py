@@ -86,7 +86,8 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
         path = args.batching_parameters_file
         batching = read_batching(Path(path)) if path else Batching()
     labels = args.allow_version_labels_for_unavailable_models
-    serving = TfServing(models, batching=batching, labels_for_unavailable=labels)
+    serving = TfServing(models, batching=batching, labels_for_unavailable=labels,
+                        method_check=args.enable_signature_method_name_check)  # fmt: skip
     _check_labels(serving)
     serving.signatures.update(serving.discover_signatures())
     if args.port == 0:

@@ -34,7 +34,7 @@ IGNORED = (
     "per_process_gpu_memory_fraction", "saved_model_tags", "grpc_channel_arguments",
     "enable_per_model_batching_parameters", "remove_unused_fields_from_bundle_metagraph",
     "num_request_iterations_for_warmup", "xla_cpu_compilation_enabled",
-    "enable_signature_method_name_check", "mixed_precision", "skip_initialize_tpu",
+    "mixed_precision", "skip_initialize_tpu",
     "thread_pool_factory_config_file", "enable_grpc_healthcheck_service",
     "rest_api_enable_cors_support", "use_tflite_model", "prefer_tflite_model",
     "num_tflite_pools", "num_tflite_interpreters_per_pool", "use_alts_credentials",
@@ -42,7 +42,7 @@ IGNORED = (
 )  # fmt: skip
 _BOOLEANS = {
     "flush_filesystem_caches", "remove_unused_fields_from_bundle_metagraph",
-    "xla_cpu_compilation_enabled", "enable_signature_method_name_check", "skip_initialize_tpu",
+    "xla_cpu_compilation_enabled", "skip_initialize_tpu",
     "enable_grpc_healthcheck_service", "rest_api_enable_cors_support", "use_tflite_model",
     "prefer_tflite_model", "use_alts_credentials", "enable_profiler", "tfrt",
     "enable_per_model_batching_parameters",
@@ -71,6 +71,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
           "let a label name a version that is not available yet")  # fmt: skip
     _flag(parser, "enable_batching", bool, False, "batch requests on the dynamic batcher")
     _flag(parser, "batching_parameters_file", str, None, "BatchingParameters text file")
+    _flag(parser, "enable_signature_method_name_check", bool, False,
+          "refuse classify/regress on a signature of another method_name")  # fmt: skip
     _flag(parser, "monitoring_config_file", str, None, "MonitoringConfig text file")
     _flag(parser, "enable_model_warmup", bool, True, "run assets.extra warm-up records")
     _flag(parser, "grpc_socket_path", str, None, "a Unix socket for gRPC (not served)")
