@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.core.interface import Core
@@ -21,6 +21,7 @@ from gateway.protocols.grpc.listener import h2_server
 from gateway.protocols.http.sagemaker import create_sagemaker_app
 from gateway.protocols.tfserving.grpc_api import add_tfserving_services
 from gateway.protocols.tfserving.options import TfServingOptions
+from gateway.protocols.tfserving.reload import Reloader
 from gateway.protocols.tfserving.rest import create_rest_app
 from gateway.protocols.torchserve.grpc_api import (
     add_torchserve_inference,
@@ -52,6 +53,8 @@ class SideFront:
     # clients take its first answer as the models being there); its port is bound from
     # the start, so connections wait in the backlog meanwhile.
     after_loads: bool = False
+    # A task that runs while the front serves (TF Serving's polling), cancelled at stop.
+    background: Callable[[Core], Coroutine[Any, Any, None]] | None = None
 
 
 def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
@@ -98,12 +101,21 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
 
 
 def _tfserving_fronts(tfs: TfServingOptions, options: Any) -> list[SideFront]:
+    """TF Serving's fronts share its models and one Reloader, whose polling runs beside
+    the first front."""
+    shared: dict[str, Reloader] = {}
+
+    def reloader(core: Core) -> Reloader:
+        if "reloader" not in shared:
+            shared["reloader"] = Reloader(core, tfs.serving)
+        return shared["reloader"]
+
     fronts = []
     if tfs.grpc_port is not None:
         fronts.append(SideFront(
             "TF Serving gRPC", "PredictionService and ModelService", tfs.grpc_port,
             lambda core, server: add_tfserving_services(
-                server, core, tfs.serving, options.max_body_bytes),
+                server, core, tfs.serving, options.max_body_bytes, reloader(core)),
             grpc=True, tls=True, after_loads=True,
         ))  # fmt: skip
     if tfs.rest_port is not None:
@@ -113,6 +125,9 @@ def _tfserving_fronts(tfs: TfServingOptions, options: Any) -> list[SideFront]:
                 core, tfs.serving, o.max_body_bytes, tfs.rest_timeout_s), tls=True,
             after_loads=True,
         ))  # fmt: skip
+    if fronts:
+        polling = tfs.polling
+        fronts[0] = replace(fronts[0], background=lambda core: reloader(core).run(polling))
     return fronts
 
 
@@ -142,6 +157,7 @@ class SideServers:
         self.servers: list[Any] = []
         self.grpc_servers: list[H2Server] = []
         self.tasks: list[asyncio.Task] = []
+        self.background: list[asyncio.Task] = []
 
     def bind(self) -> None:
         try:
@@ -174,11 +190,15 @@ class SideServers:
                 uvicorn = uvicorn_server(front.make(core, options), limits, context)
                 self.servers.append(uvicorn)
                 self.tasks.append(asyncio.create_task(uvicorn.serve(sockets=[sock])))
+            if front.background is not None:
+                self.background.append(asyncio.create_task(front.background(core)))
             host = front.host or self.host
             log.info("%s %s on %s:%d", front.name, front.serves, host, front.port)
 
     def stop(self, remaining_s: float) -> list[asyncio.Future]:
         """Ask every server to stop; the gRPC servers' stops, to await."""
+        for task in self.background:
+            task.cancel()
         for server in self.servers:
             server.config.timeout_graceful_shutdown = remaining_s  # then connections close
             server.should_exit = True

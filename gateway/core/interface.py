@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.inference import InferRequest, InferResponse
+from gateway.core.mounts import Mounted
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.operation.drain import InFlight
 from gateway.operation.shedding import LoopShedder
@@ -39,7 +40,7 @@ MODEL_CALLS = frozenset(
         "model_metadata", "model_config", "load_model", "unload_model",
         "log_settings_dict", "update_log_settings", "trace_settings_dict",
         "update_trace_settings", "load_model_directory", "unload_model_directory",
-        "model_directories", "load_on_first_use", "loaded_models",
+        "model_directories", "load_on_first_use", "loaded_models", "set_mounts",
     }
 )  # fmt: skip
 
@@ -122,6 +123,13 @@ class Core(Protocol):
     async def load_on_first_use(self, name: str) -> None:
         """Load a repository model that a request names, once, by its first request;
         NotFound when the repository has no such model."""
+
+    async def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
+        """Serve each directory as the repository model of that name, with that config
+        (Triton's, as JSON) and those versions (None: any), or, for None, no longer
+        (gateway/core/mounts.py). Nothing loads or unloads here. Only the server's own
+        fronts call it, with directories the server's start named (TF Serving's base
+        paths and what its reloads may name)."""
 
     # ---- logging and trace settings (Triton's extensions) ----------------------------
 

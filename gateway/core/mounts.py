@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# A mount as a front gives it: (directory, config as JSON, the versions it may serve).
+Mounted = tuple[Path, dict[str, Any], frozenset[int] | None]
+
 
 @dataclass(frozen=True)
 class Mount:

@@ -46,7 +46,7 @@ from gateway.core.model_entry import (
     is_ready_state,
     retrieved,
 )
-from gateway.core.mounts import Mount
+from gateway.core.mounts import Mount, Mounted
 from gateway.core.on_demand import OnDemand, is_pinned
 from gateway.core.placement.inventory import read_inventory
 from gateway.core.placement.ledger import NoRoom
@@ -111,6 +111,14 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         # Set by the core: the socket Python models call other models on.
         self.model_calls: ModelCalls | None = None
         self.on_demand = OnDemand(self)
+
+    def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
+        """Mount each directory under its name, or (None) unmount it; loads nothing."""
+        for name, mounted in mounts.items():
+            if mounted is None:
+                self.mounts.pop(name, None)
+            else:
+                self.mounts[name] = Mount(*mounted)
 
     async def get_on_demand(self, name: str, version: str, missing: GatewayError) -> ModelVersion:
         return await self.on_demand.get(name, version, missing)

@@ -25,6 +25,7 @@ from gateway import SERVER_NAME, __version__
 from gateway.core.decoupled import stream_responses
 from gateway.core.directory_models import DirectoryModels
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput
+from gateway.core.interface import Mounted
 from gateway.core.model import ModelVersion
 from gateway.core.model_calls import ModelCalls
 from gateway.core.repository import ModelRepository
@@ -301,6 +302,9 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
 
     async def load_on_first_use(self, name: str) -> None:
         await self.directory_models.load_on_first_use(name)
+
+    async def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
+        self.repository.set_mounts(mounts)
 
 
 def _printable(text: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from accel_base.errors import Internal, PayloadTooLarge, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.inference import InferRequest, InferResponse
+from gateway.core.interface import Mounted
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.core.shared_memory_calls import SharedMemoryCalls
 from gateway.front_processes import bundles, wire
@@ -210,6 +211,9 @@ class RemoteCore(SharedMemoryCalls):
 
     async def load_on_first_use(self, name: str) -> None:
         await self._call("load_on_first_use", name)
+
+    async def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
+        await self._call("set_mounts", mounts)
 
     async def loaded_models(self) -> list[str]:
         return await self._call("loaded_models")

@@ -3,15 +3,16 @@ unmodified `tensorflow-serving-api` stubs call them:
 
 - `tensorflow.serving.PredictionService`: Predict, Classify, Regress, MultiInference
   (classify.py) and GetModelMetadata;
-- `tensorflow.serving.ModelService`: GetModelStatus.
+- `tensorflow.serving.ModelService`: GetModelStatus and HandleReloadConfigRequest
+  (reload.py).
 
-HandleReloadConfigRequest answers UNIMPLEMENTED, saying so. Errors carry TF Serving's
-codes and words (errors.py).
+Errors carry TF Serving's codes and words (errors.py).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +22,7 @@ from accel_base.proto.tfserving.tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
     inference_pb2,
+    model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
@@ -30,6 +32,8 @@ from gateway.core.interface import Core
 from gateway.protocols.tfserving.classify import CLASSIFY, Methods, Spec
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid
 from gateway.protocols.tfserving.metadata import signature_def_map
+from gateway.protocols.tfserving.model_configs import ModelConfigError, models_of
+from gateway.protocols.tfserving.reload import Reloader
 from gateway.protocols.tfserving.served import (
     DEFAULT_SIGNATURE,
     SignatureMissing,
@@ -42,12 +46,16 @@ log = logging.getLogger("accel_gateway")
 _STATES = get_model_status_pb2.ModelVersionStatus.State
 
 
-def add_tfserving_services(server: Any, core: Core, tfs: TfServing, max_bytes: int) -> None:
+def add_tfserving_services(
+    server: Any, core: Core, tfs: TfServing, max_bytes: int, reloader: Reloader
+) -> None:
     """`max_bytes`: the largest input a request may make (gRPC's message limit)."""
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionServicer(core, tfs, max_bytes), server
     )
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(core, tfs), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(
+        ModelServicer(core, tfs, reloader), server
+    )
 
 
 async def _abort(context: Any, exc: Exception) -> None:
@@ -190,15 +198,9 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return response
 
 
-async def _unimplemented(context: Any, method: str) -> None:
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                        f"{method} is not served by accel-gateway yet; call Predict with the "
-                        "signature instead")  # fmt: skip
-
-
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, core: Core, tfs: TfServing) -> None:
-        self.core, self.tfs = core, tfs
+    def __init__(self, core: Core, tfs: TfServing, reloader: Reloader) -> None:
+        self.core, self.tfs, self.reloader = core, tfs, reloader
 
     async def GetModelStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
         try:
@@ -217,4 +219,20 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
     async def HandleReloadConfigRequest(self, request: Any, context: Any) -> Any:  # noqa: N802
-        await _unimplemented(context, "HandleReloadConfigRequest")
+        """Serve the request's model config instead (an empty one changes nothing, as in
+        TF Serving); relative base paths are relative to the server's working directory."""
+        try:
+            if request.config.WhichOneof("config") is not None:
+                where = Path.cwd() / "reload"
+                try:
+                    models = models_of(request.config, where)
+                except ModelConfigError as exc:
+                    raise invalid(str(exc).removeprefix(f"{where}: ")) from None
+                self.reloader.check_roots(models)
+                await self.reloader.apply(models)
+        except (TfsError, GatewayError) as exc:
+            await _abort(context, exc)
+            return None
+        response = model_management_pb2.ReloadConfigResponse()
+        response.status.error_code = 0  # OK
+        return response

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.protocols.tfserving.reload import Polling
 from gateway.protocols.tfserving.served import TfServing
 
 
@@ -14,6 +15,7 @@ class TfServingOptions:
     grpc_port: int | None = 8500  # None: that front is off
     rest_port: int | None = None
     rest_timeout_s: float = 30.0  # --rest_api_timeout_in_ms
+    polling: Polling = Polling(versions_s=0)  # what to look at again while serving
 
     def ports(self) -> dict[str, int]:
         named = {"TF Serving gRPC": self.grpc_port, "TF Serving REST": self.rest_port}

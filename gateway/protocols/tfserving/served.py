@@ -24,7 +24,7 @@ import grpc
 from accel_base.errors import GatewayError, NotFound
 from backends.tfserving.signatures import signature_versions
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
-from gateway.core.interface import Core
+from gateway.core.interface import Core, Mounted
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -130,6 +130,9 @@ class TfServing:
     batching: Batching | None = None
     labels_for_unavailable: bool = False  # --allow_version_labels_for_unavailable_models
     method_check: bool = False  # --enable_signature_method_name_check
+    # Where a reload (HandleReloadConfigRequest) may find base paths: the directories
+    # that hold the start's (a request never mounts a directory the operator did not name).
+    reload_roots: tuple[Path, ...] = ()
     # Each version's SignatureDefs, once read (a version's files do not change under it).
     signature_defs: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
@@ -137,16 +140,21 @@ class TfServing:
         """Each model's signatures, as the versions on disk declare them now."""
         return {name: signature_versions(m.base_path) for name, m in self.models.items()}
 
-    def mounts(self) -> dict[str, tuple[Path, dict[str, Any], frozenset[int] | None]]:
+    def mounts(self) -> dict[str, Mounted]:
         """The repository models to mount: name -> (directory, config as JSON, the
         versions it may serve: a signature's, those that have it; the model's, any)."""
         mounts = {}
         for model in self.models.values():
-            found = self.signatures.get(model.name) or {}
-            for signature in {DEFAULT_SIGNATURE, *found}:
-                config = mount_config(model, signature, self.batching)
-                versions = None if signature == DEFAULT_SIGNATURE else frozenset(found[signature])
-                mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
+            mounts.update(self.model_mounts(model, self.signatures.get(model.name) or {}))
+        return mounts
+
+    def model_mounts(self, model: TfModel, signatures: dict[str, list[int]]) -> dict[str, Mounted]:
+        """One model's mounts: its own (serving_default) and one per other signature."""
+        mounts = {}
+        for signature in {DEFAULT_SIGNATURE, *signatures}:
+            config = mount_config(model, signature, self.batching)
+            versions = None if signature == DEFAULT_SIGNATURE else frozenset(signatures[signature])
+            mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
         return mounts
 
     def labelled(self, name: str, version: int | None, label: str) -> tuple[TfModel, int | None]:

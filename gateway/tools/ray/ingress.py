@@ -16,6 +16,7 @@ from accel_base.errors import GatewayError, Internal, NotFound, PermissionDenied
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
 from gateway.core.inference import InferRequest, InferResponse
+from gateway.core.interface import Mounted
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.core.shared_memory_calls import SharedMemoryCalls, Unimplemented
 from gateway.listeners import Listeners, listen, uvicorn_server
@@ -265,6 +266,13 @@ class RayCore(SharedMemoryCalls, LogSettingsCalls):
         """Every deployed model is loaded; one not deployed is not in the repository."""
         if not await self.model_ready(name):
             raise NotFound(f"model '{name}' is not deployed")
+
+    async def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
+        """Ray's deployments are made from the repository by `ray serve`, not mounted."""
+        raise Unavailable(
+            "the Ray ingress serves the deployments `ray serve` made; it mounts no "
+            "directories (serve TF Serving's models without Ray)"
+        )
 
 
 class Ingress:

@@ -32,6 +32,7 @@ from gateway import __version__
 from gateway.arguments import distinct_ports
 from gateway.operation.log_settings import LogSettings
 from gateway.protocols.tfserving.options import TfServingOptions
+from gateway.protocols.tfserving.reload import Polling
 from gateway.protocols.tfserving.served import Batching, TfModel, TfServing
 from gateway.tools.tfserving.flags import IGNORED, add_flags
 from gateway.tools.tfserving.model_config import ConfigFileError, read_batching, read_models
@@ -86,8 +87,13 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
         path = args.batching_parameters_file
         batching = read_batching(Path(path)) if path else Batching()
     labels = args.allow_version_labels_for_unavailable_models
+    # A reload by request may name base paths beside the start's (reload.py).
+    roots = {m.base_path.absolute().parent for m in models.values()}
+    if args.model_config_file:
+        roots.add(Path(args.model_config_file).absolute().parent)
     serving = TfServing(models, batching=batching, labels_for_unavailable=labels,
-                        method_check=args.enable_signature_method_name_check)  # fmt: skip
+                        method_check=args.enable_signature_method_name_check,
+                        reload_roots=tuple(sorted(roots)))  # fmt: skip
     _check_labels(serving)
     serving.signatures.update(serving.discover_signatures())
     if args.port == 0:
@@ -96,15 +102,22 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
     if rest == args.port:
         log.warning("--rest_api_port is --port: the REST API is not served (as TF Serving)")
         rest = None
-    return TfServingOptions(serving, args.port, rest, args.rest_api_timeout_in_ms / 1000)
+    config_file = Path(args.model_config_file) if args.model_config_file else None
+    polling = Polling(
+        versions_s=max(args.file_system_poll_wait_seconds, 0),
+        config_s=max(args.model_config_file_poll_wait_seconds, 0) if config_file else 0,
+        read_config=(lambda: read_models(config_file)) if config_file else None,
+    )
+    return TfServingOptions(serving, args.port, rest, args.rest_api_timeout_in_ms / 1000, polling)
 
 
 def _warn_unserved(args: argparse.Namespace, serving: TfServing) -> None:
     """What TF Serving would do that is not done here, said once at start."""
     if args.grpc_socket_path:
         log.warning("--grpc_socket_path: gRPC on a Unix socket is not served; it is on --port")
-    # (TF Serving looks every --file_system_poll_wait_seconds, 1 by default)
-    log.warning("new versions under a base path, and config file changes, are seen at start")
+    if args.file_system_poll_wait_seconds < 0:
+        log.warning("--file_system_poll_wait_seconds below 0: base paths are read at start "
+                    "only (a missing model is not waited for)")  # fmt: skip
     if args.enable_model_warmup:
         for model in serving.models.values():
             if any(model.base_path.glob("*/assets.extra/tf_serving_warmup_requests")):

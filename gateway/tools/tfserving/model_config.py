@@ -6,48 +6,15 @@ model_version_policy version_labels }`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from google.protobuf import text_format
 
+from gateway.protocols.tfserving.model_configs import ModelConfigError, models_of
 from gateway.protocols.tfserving.served import Batching, TfModel, check_name
 
 
 class ConfigFileError(ValueError):
     """A model config file (or flags) that cannot start a server; the message says why."""
-
-
-def _policy(config: Any) -> dict[str, Any]:
-    """TF Serving's ServableVersionPolicy as Triton's version_policy (the same three)."""
-    policy = config.model_version_policy
-    choice = policy.WhichOneof("policy_choice")
-    if choice == "all":
-        return {"all": {}}
-    if choice == "specific":
-        if not policy.specific.versions:
-            raise ConfigFileError(f"model '{config.name}': a specific policy names no version")
-        return {"specific": {"versions": list(policy.specific.versions)}}
-    if choice == "latest":
-        return {"latest": {"num_versions": max(policy.latest.num_versions, 1)}}
-    return {}  # TF Serving's default, as Triton's: the latest version
-
-
-def _model(config: Any, where: Path) -> TfModel:
-    try:
-        name = check_name(config.name)
-    except ValueError as exc:
-        raise ConfigFileError(f"{where}: {exc}") from None
-    if config.model_platform not in ("", "tensorflow"):
-        platform = config.model_platform
-        raise ConfigFileError(f"{where}: model '{name}' has model_platform '{platform}'; "
-                              "only 'tensorflow' is served")  # fmt: skip
-    if not config.base_path:
-        raise ConfigFileError(f"{where}: model '{name}' has no base_path")
-    base_path = Path(config.base_path)
-    if not base_path.is_absolute():
-        base_path = where.parent / base_path
-    labels = dict(config.version_labels)
-    return TfModel(name, base_path, _policy(config), labels)
 
 
 def parse_models(text: str, where: Path) -> dict[str, TfModel]:
@@ -61,16 +28,10 @@ def parse_models(text: str, where: Path) -> dict[str, TfModel]:
         raise ConfigFileError(
             f"{where}: Error parsing text-format tensorflow.serving.ModelServerConfig: {exc}"
         ) from None
-    if message.WhichOneof("config") != "model_config_list":
-        raise ConfigFileError(f"{where}: give a model_config_list (custom_model_config is "
-                              "TF Serving's extension point for its own C++ code)")  # fmt: skip
-    models: dict[str, TfModel] = {}
-    for config in message.model_config_list.config:
-        model = _model(config, where)
-        if model.name in models:
-            raise ConfigFileError(f"{where}: model '{model.name}' is named twice")
-        models[model.name] = model
-    return models
+    try:
+        return models_of(message, where)
+    except ModelConfigError as exc:
+        raise ConfigFileError(str(exc)) from None
 
 
 def read_batching(path: Path) -> Batching:
