@@ -139,6 +139,8 @@ class SavedModelBackend(BucketedBackend):
         self._buckets: tuple[int, ...] = ()
         if bool_parameter(config, "jit_compile", default=False):
             self._compile_with_xla()
+        if bool_parameter(config, "tf_serving_warmup", default=False):
+            self._replay_warmup(artifact, signature_name)
         log.info(
             "model '%s' (SavedModel signature %s%s) on %s",
             config.name,
@@ -171,6 +173,43 @@ class SavedModelBackend(BucketedBackend):
             list(self._buckets),
             time.perf_counter() - started,
         )
+
+    def _replay_warmup(self, artifact: Path, signature_name: str) -> None:
+        """TF Serving's warm-up records for this signature (backends/tfserving/warmup.py),
+        each run `tf_serving_warmup_iterations` times (1) before the version serves; a
+        record that fails fails the load, as in TF Serving."""
+        from tensorflow.core.framework import tensor_pb2
+
+        from backends.tfserving.warmup import WarmupError, warmup_requests
+
+        name = self.config.name
+        try:
+            requests = warmup_requests(artifact, signature_name)
+        except (OSError, WarmupError) as exc:
+            raise BackendUnavailable(f"model '{name}': warm-up: {exc}") from None
+        iterations = int_parameter(self.config, "tf_serving_warmup_iterations") or 1
+        expected = sorted(spec.name for spec in self._inputs)
+        for index, inputs in enumerate(requests):
+            if sorted(inputs) != expected:
+                raise BackendUnavailable(
+                    f"model '{name}': warm-up request {index} has inputs {sorted(inputs)}; "
+                    f"signature '{signature_name}' takes {expected}"
+                )
+            feed = {
+                key: np.array(value, dtype=object) if isinstance(value, list)
+                else tf.make_ndarray(tensor_pb2.TensorProto.FromString(value.SerializeToString()))
+                for key, value in inputs.items()
+            }  # fmt: skip
+            try:
+                for _ in range(iterations):
+                    self._run_signature(feed)
+            except Exception as exc:  # TensorFlow's errors, and ours for the inputs
+                reason = getattr(exc, "message", None) or first_line(exc)
+                raise BackendUnavailable(
+                    f"model '{name}': warm-up request {index} failed: {reason}"
+                ) from None
+        if requests:
+            log.info("model '%s': %d warm-up request(s) replayed", name, len(requests))
 
     @classmethod
     def gpu_capable(cls) -> bool:

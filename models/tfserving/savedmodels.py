@@ -8,6 +8,9 @@
 - `strings` (`build_strings`): `serving_default` takes `text` (string[None]) and returns
   `upper` (string[None]) and `length` (i64[None]); a second signature, `reverse`, returns
   `reversed` (string[None]).
+- `examples` (`build_examples`): the digits classifier on serialized tf.Examples, with
+  classify and regress signatures.
+- `counting` (`build_counting`): counts its runs, with warm-up records (`write_warmup`).
 
 `model_config_file` writes a TF Serving model config file (text format) naming them.
 """
@@ -141,3 +144,49 @@ def build_examples(base_path: Path, version: int = 1) -> Path:
             builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map=signatures)
         builder.save()
     return base_path
+
+
+class _Counting(tf.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    def serve(self, x):
+        calls = self.calls.assign_add(1)
+        return {"y": x * 2.0, "calls": tf.fill(tf.shape(x), calls)}
+
+
+def build_counting(base_path: Path, version: int = 1, warmup: int = 0,
+                   warmup_input: str = "x") -> Path:  # fmt: skip
+    """`counting`: `serving_default` takes `x` (f32[None]) and returns `y` (2x) and
+    `calls`, how many times the signature has run in its process, this run counted, on
+    each row: it shows whether warm-up records ran before the first request. With
+    `warmup`, that many PredictLog records (x = [1.0], under the input name
+    `warmup_input`) in the version's assets.extra/tf_serving_warmup_requests."""
+    module = _Counting()
+    directory = base_path / str(version)
+    tf.saved_model.save(module, str(directory), signatures={"serving_default": module.serve})
+    if warmup:
+        write_warmup(directory, [{warmup_input: tf.make_tensor_proto([1.0], tf.float32)}] * warmup)
+    return base_path
+
+
+def write_warmup(version_dir: Path, requests: list[dict]) -> Path:
+    """TF Serving's warm-up file: a TFRecord of PredictionLog, one PredictLog of the
+    default signature per request ({input name: TensorFlow's TensorProto})."""
+    from accel_base.proto.tfserving.tensorflow.core.framework import tensor_pb2
+    from accel_base.proto.tfserving.tensorflow_serving.apis import prediction_log_pb2
+
+    path = version_dir / "assets.extra" / "tf_serving_warmup_requests"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for inputs in requests:
+            log = prediction_log_pb2.PredictionLog()
+            log.predict_log.request.model_spec.name = "model"
+            for name, proto in inputs.items():
+                log.predict_log.request.inputs[name].CopyFrom(
+                    tensor_pb2.TensorProto.FromString(proto.SerializeToString())
+                )
+            writer.write(log.SerializeToString())
+    return path

@@ -19,6 +19,7 @@ from typing import Any
 
 from accel_base.proto.tfserving.tensorflow.core.example import example_pb2
 from accel_base.proto.tfserving.tensorflow_serving.apis import input_pb2
+from backends.tfserving.warmup import example_bytes
 from gateway.protocols.tfserving.errors import invalid
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -28,16 +29,9 @@ _JSON_TYPES = {type(None): "Null", list: "Array", dict: "Object", str: "String",
 
 
 def serialized_examples(given: Any) -> list[bytes]:
-    """The examples of a tensorflow.serving.Input, each as the bytes its signature parses."""
-    kind = given.WhichOneof("kind")
-    if kind == "example_list":
-        examples = [e.SerializeToString() for e in given.example_list.examples]
-    elif kind == "example_list_with_context":
-        listed = given.example_list_with_context
-        context = listed.context.SerializeToString()
-        examples = [context + e.SerializeToString() for e in listed.examples]
-    else:
-        examples = []
+    """The examples of a tensorflow.serving.Input, each as the bytes its signature parses
+    (backends/tfserving/warmup.py makes them: a warm-up record's are made the same way)."""
+    examples = example_bytes(given)
     if not examples:
         raise invalid("Input is empty.")
     return examples

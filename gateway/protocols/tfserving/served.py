@@ -76,11 +76,19 @@ def repository_name(model: str, signature: str) -> str:
     return model if signature in ("", DEFAULT_SIGNATURE) else f"{model}:{signature}"
 
 
-def mount_config(model: TfModel, signature: str, batching: Batching | None) -> dict[str, Any]:
+def mount_config(
+    model: TfModel, signature: str, batching: Batching | None, warmup_iterations: int = 0
+) -> dict[str, Any]:
+    """`warmup_iterations`: how often each of a version's warm-up records is replayed
+    before it serves (0: they are not)."""
+    parameters = {"signature_name": {"string_value": signature}}
+    if warmup_iterations > 0:
+        parameters["tf_serving_warmup"] = {"string_value": "true"}
+        parameters["tf_serving_warmup_iterations"] = {"string_value": str(warmup_iterations)}
     config: dict[str, Any] = {
         "platform": "tensorflow_savedmodel",
         "default_model_filename": ".",  # the version directory is the SavedModel
-        "parameters": {"signature_name": {"string_value": signature}},
+        "parameters": parameters,
         "max_batch_size": batching.max_batch_size if batching else 0,
     }
     if model.policy:
@@ -130,6 +138,8 @@ class TfServing:
     batching: Batching | None = None
     labels_for_unavailable: bool = False  # --allow_version_labels_for_unavailable_models
     method_check: bool = False  # --enable_signature_method_name_check
+    # --enable_model_warmup (0: off) and --num_request_iterations_for_warmup
+    warmup_iterations: int = 1
     # Where a reload (HandleReloadConfigRequest) may find base paths: the directories
     # that hold the start's (a request never mounts a directory the operator did not name).
     reload_roots: tuple[Path, ...] = ()
@@ -152,7 +162,7 @@ class TfServing:
         """One model's mounts: its own (serving_default) and one per other signature."""
         mounts = {}
         for signature in {DEFAULT_SIGNATURE, *signatures}:
-            config = mount_config(model, signature, self.batching)
+            config = mount_config(model, signature, self.batching, self.warmup_iterations)
             versions = None if signature == DEFAULT_SIGNATURE else frozenset(signatures[signature])
             mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
         return mounts

@@ -93,7 +93,9 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
         roots.add(Path(args.model_config_file).absolute().parent)
     serving = TfServing(models, batching=batching, labels_for_unavailable=labels,
                         method_check=args.enable_signature_method_name_check,
-                        reload_roots=tuple(sorted(roots)))  # fmt: skip
+                        reload_roots=tuple(sorted(roots)),
+                        warmup_iterations=max(args.num_request_iterations_for_warmup, 1)
+                        if args.enable_model_warmup else 0)  # fmt: skip
     _check_labels(serving)
     serving.signatures.update(serving.discover_signatures())
     if args.port == 0:
@@ -118,10 +120,6 @@ def _warn_unserved(args: argparse.Namespace, serving: TfServing) -> None:
     if args.file_system_poll_wait_seconds < 0:
         log.warning("--file_system_poll_wait_seconds below 0: base paths are read at start "
                     "only (a missing model is not waited for)")  # fmt: skip
-    if args.enable_model_warmup:
-        for model in serving.models.values():
-            if any(model.base_path.glob("*/assets.extra/tf_serving_warmup_requests")):
-                log.warning("model '%s': its warm-up records are not replayed", model.name)
 
 
 # Flags of TF Serving's that change what it serves, which are not served here yet:

@@ -33,7 +33,7 @@ IGNORED = (
     "tensorflow_inter_op_parallelism", "tensorflow_session_config_file",
     "per_process_gpu_memory_fraction", "saved_model_tags", "grpc_channel_arguments",
     "enable_per_model_batching_parameters", "remove_unused_fields_from_bundle_metagraph",
-    "num_request_iterations_for_warmup", "xla_cpu_compilation_enabled",
+    "xla_cpu_compilation_enabled",
     "mixed_precision", "skip_initialize_tpu",
     "thread_pool_factory_config_file", "enable_grpc_healthcheck_service",
     "rest_api_enable_cors_support", "use_tflite_model", "prefer_tflite_model",
@@ -75,6 +75,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
           "refuse classify/regress on a signature of another method_name")  # fmt: skip
     _flag(parser, "monitoring_config_file", str, None, "MonitoringConfig text file")
     _flag(parser, "enable_model_warmup", bool, True, "run assets.extra warm-up records")
+    _flag(parser, "num_request_iterations_for_warmup", int, 1, "runs of each warm-up record")
     _flag(parser, "grpc_socket_path", str, None, "a Unix socket for gRPC (not served)")
     _flag(parser, "ssl_config_file", str, None, "SSLConfig text file")
     _flag(parser, "version", bool, False, "print the version and exit")
