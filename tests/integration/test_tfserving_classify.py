@@ -5,6 +5,8 @@ takes serialized tf.Examples (models/tfserving: build_examples), served by a rea
 
 from __future__ import annotations
 
+import base64
+
 import grpc
 import httpx
 import numpy as np
@@ -122,9 +124,11 @@ def test_context_features_join_each_example_and_the_example_wins(stub, probabili
 
 def test_multi_inference_runs_each_task_on_one_version(stub, probabilities) -> None:
     request = inference_pb2.MultiInferenceRequest()
-    for signature, method in (("regress", REGRESS), ("classify", CLASSIFY)):
+    # The first task's version is every task's, as TF Serving's (there is no version 3).
+    for signature, method, version in (("regress", REGRESS, 4), ("classify", CLASSIFY, 3)):
         task = request.tasks.add()
         task.model_spec.name, task.model_spec.signature_name = "examples", signature
+        task.model_spec.version.value = version
         task.method_name = method
     request.input.example_list.examples.extend(_example(p) for p in PIXELS)
     results = stub.MultiInference(request).results
@@ -133,6 +137,15 @@ def test_multi_inference_runs_each_task_on_one_version(stub, probabilities) -> N
     values = [r.value for r in results[0].regression_result.regressions]
     assert np.allclose(values, probabilities @ np.arange(10), atol=1e-4)
     assert np.allclose(_scores(results[1].classification_result), probabilities, atol=1e-6)
+
+
+def _predict_rows(client: httpx.Client, signature: str) -> int:
+    examples = [_example(p).SerializeToString() for p in PIXELS]
+    encoded = [{"b64": base64.b64encode(e).decode()} for e in examples]
+    body = {"signature_name": signature, "inputs": {"inputs": encoded}}
+    answer = client.post("/v1/models/examples:predict", json=body)
+    assert answer.status_code == 200, answer.text
+    return len(answer.json()["outputs"])
 
 
 def _code(call, request) -> tuple[grpc.StatusCode, str]:
@@ -232,8 +245,17 @@ def test_rest_refusals(rest, body, words) -> None:
     assert words in answer.json()["error"]
 
 
+def test_rest_refuses_a_lone_surrogate_and_a_deep_document(rest) -> None:
+    lone = rest.post("/v1/models/examples:classify", headers={"content-type": "application/json"},
+                     content=b'{"examples": [{"\\ud800": [1.0]}]}')  # fmt: skip
+    assert lone.status_code == 400
+    assert lone.json()["error"] == "JSON Parse error: The surrogate pair in string is invalid."
+    deep = rest.post("/v1/models/examples:classify", content=b"[" * 5000 + b"]" * 5000)
+    assert deep.status_code == 400 and "JSON Parse error" in deep.json()["error"]
+
+
 def test_method_names_are_checked_when_asked(tmp_path) -> None:
-    server, channel, _ = _server(tmp_path, "--enable_signature_method_name_check")
+    server, channel, client = _server(tmp_path, "--enable_signature_method_name_check")
     try:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         request = _request(classification_pb2.ClassificationRequest, "regress")
@@ -242,9 +264,10 @@ def test_method_names_are_checked_when_asked(tmp_path) -> None:
             "Expected classification signature method_name to be tensorflow/serving/classify. "
             "Was: tensorflow/serving/regress",
         )
-        # The right method still runs.
+        # The right method still runs, and Predict takes any of the three methods.
         regress = stub.Regress(_request(regression_pb2.RegressionRequest, "regress"))
         assert len(regress.result.regressions) == 3
+        assert _predict_rows(client, "classify_scores") == 3
     finally:
         channel.close()
         server.terminate()

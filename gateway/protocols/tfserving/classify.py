@@ -23,7 +23,7 @@ from accel_base.proto.tfserving.tensorflow_serving.apis import (
     classification_pb2,
     regression_pb2,
 )
-from gateway.core.inference import InferResponse, Tensor
+from gateway.core.inference import Tensor
 from gateway.core.interface import Core
 from gateway.protocols.tfserving.errors import TfsError, invalid
 from gateway.protocols.tfserving.examples import serialized_examples
@@ -36,6 +36,7 @@ from gateway.protocols.tfserving.served import (
     TfServing,
 )
 
+PREDICT = "tensorflow/serving/predict"
 CLASSIFY = "tensorflow/serving/classify"
 REGRESS = "tensorflow/serving/regress"
 INPUTS, CLASSES, SCORES, OUTPUTS = "inputs", "classes", "scores", "outputs"
@@ -91,10 +92,15 @@ def _check_regress(served: Served) -> list[str]:
 _CHECKS = {CLASSIFY: _check_classify, REGRESS: _check_regress}
 _WHAT = {CLASSIFY: "classification", REGRESS: "regression"}
 _NO_SIGNATURE = "No signature was found with the name"
+_NOT_IN_GRAPH = "Requested signature not found in model graph"
 
 
 def _shape(array: np.ndarray) -> str:
     return "[" + ",".join(str(d) for d in array.shape) + "]"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
 
 
 def _classifications(answer: dict[str, Tensor], count: int) -> Any:
@@ -118,8 +124,7 @@ def _classifications(answer: dict[str, Tensor], count: int) -> Any:
         raise invalid("Tensors class and score should match in dim_size(1). Got "
                       f"{classes.data.shape[1]} vs. {scores.data.shape[1]}")  # fmt: skip
     width = (classes if classes is not None else scores).data.shape[1]  # type: ignore[union-attr]
-    labels = [[bytes(b).decode("utf-8", "replace") for b in row] for row in classes.data] \
-        if classes is not None else None  # fmt: skip
+    labels = [[_text(b) for b in row] for row in classes.data] if classes is not None else None
     values = scores.data.astype(np.float32).tolist() if scores is not None else None
     result = classification_pb2.ClassificationResult()
     for i in range(count):
@@ -162,10 +167,12 @@ def _spec_of(model_spec: Any, version: int | None) -> Any:
 
 @dataclass(frozen=True)
 class Methods:
-    """Classify and regress over TF Serving's models."""
+    """Classify and regress over TF Serving's models; `max_bytes` bounds the examples a
+    request makes (its context is copied into each)."""
 
     core: Core
     tfs: TfServing
+    max_bytes: int
 
     async def _served(self, spec: Spec, method: str, missing: str) -> tuple[Served, list[str]]:
         try:
@@ -180,26 +187,35 @@ class Methods:
                               f"Was: {found}")  # fmt: skip
         return served, _CHECKS[method](served)
 
-    async def _run(self, served: Served, outputs: list[str], examples: list[bytes]
-                   ) -> InferResponse:  # fmt: skip
+    async def check_predict(self, served: Served, signature: str) -> None:
+        """As TF Serving's Predict with --enable_signature_method_name_check: a signature
+        of one of the three methods."""
+        if not self.tfs.method_check:
+            return
+        found = await method_name(self.core, self.tfs, served, signature)
+        if found not in (PREDICT, CLASSIFY, REGRESS):
+            raise TfsError(grpc.StatusCode.INTERNAL,
+                           "Expected prediction signature method_name to be one of "
+                           f"{{{PREDICT}, {CLASSIFY}, {REGRESS}}}. Was: {found}")  # fmt: skip
+
+    async def _result(self, served: Served, method: str, outputs: list[str],
+                      examples: list[bytes]) -> tuple[Any, int]:  # fmt: skip
         data = np.empty(len(examples), dtype=object)
         data[:] = examples
-        return await served.run(self.core, [Tensor(INPUTS, "BYTES", data)], outputs)
-
-    async def run(
-        self, spec: Spec, method: str, given: Any, missing: str = _NO_SIGNATURE
-    ) -> tuple[Any, int]:
-        """The signature's ClassificationResult or RegressionResult on the examples of
-        `given` (a tensorflow.serving.Input), and the version run."""
-        served, outputs = await self._served(spec, method, missing)
-        examples = serialized_examples(given)
-        answer = await self._run(served, outputs, examples)
+        answer = await served.run(self.core, [Tensor(INPUTS, "BYTES", data)], outputs)
         produced = {t.name: t for t in answer.outputs}
         if method == CLASSIFY:
             result = _classifications(produced, len(examples))
         else:
             result = _regressions(produced, len(examples))
         return result, int(answer.model_version)
+
+    async def run(self, spec: Spec, method: str, given: Any) -> tuple[Any, int]:
+        """The signature's ClassificationResult or RegressionResult on the examples of
+        `given` (a tensorflow.serving.Input), and the version run."""
+        served, outputs = await self._served(spec, method, _NO_SIGNATURE)
+        examples = serialized_examples(given, self.max_bytes)
+        return await self._result(served, method, outputs, examples)
 
     async def classify(self, request: Any, spec: Spec) -> Any:
         result, version = await self.run(spec, CLASSIFY, request.input)
@@ -213,11 +229,28 @@ class Methods:
         response.model_spec.CopyFrom(_spec_of(request.model_spec, version))
         return response
 
+    async def _version(self, first: Spec, signature: str) -> int:
+        """The one version every task runs on: the first task's, or the latest (of
+        those that have its signature when the model's own is not ready)."""
+        _, version = self.tfs.labelled(first.name, first.version, first.label)
+        if version is not None:
+            return version
+        try:
+            return await latest_version(self.core, self.tfs, first.name)
+        except TfsError:
+            having = self.tfs.signatures.get(first.name, {}).get(signature)
+            if not having:
+                raise
+            return max(having)
+
     async def multi_inference(self, tasks: list[tuple[Any, str]], first: Spec,
                               given: Any) -> list[tuple[Any, str, Any]]:  # fmt: skip
         """Each task (its model spec, its method) on the examples of `given` and the
-        same version of one model, in the tasks' order: (model spec, method, result)."""
+        same version of one model, in the tasks' order: (model spec, method, result).
+        Every task is checked, in order, before any runs."""
+        version = await self._version(first, first.signature_key)
         seen: set[str] = set()
+        checked = []
         for model_spec, method in tasks:
             if not model_spec.name:
                 raise invalid("Found ModelSpec with an empty model name.")
@@ -228,22 +261,23 @@ class Methods:
             if signature in seen:
                 raise invalid(f"Duplicate evaluation of signature: {signature}")
             seen.add(signature)
+            if signature != DEFAULT_SIGNATURE and signature not in self.tfs.signatures.get(
+                first.name, {}
+            ):
+                raise invalid(f"Requested signature not found in model graph: {signature}")
             if method not in _CHECKS:
                 unsupported = f"Unsupported signature method_name: {method}"
                 raise TfsError(grpc.StatusCode.UNIMPLEMENTED, unsupported)
-        # One version for every task, as TF Serving runs them in one session of one
-        # servable: the first task's, or the latest.
-        _, version = self.tfs.labelled(first.name, first.version, first.label)
-        if version is None:
-            version = await latest_version(self.core, self.tfs, first.name)
-        runs = [
-            self.run(Spec(first.name, version, "", s.signature_name), method, given,
-                     "Requested signature not found in model graph")
-            for s, method in tasks
-        ]  # fmt: skip
-        results = await asyncio.gather(*runs)
-        done = zip(tasks, results, strict=True)
-        return [(_spec_of(s, v), method, r) for (s, method), (r, v) in done]
+            spec = Spec(first.name, version, "", signature)
+            served, outputs = await self._served(spec, method, _NOT_IN_GRAPH)
+            checked.append((model_spec, method, served, outputs))
+        examples = serialized_examples(given, self.max_bytes)
+        async with asyncio.TaskGroup() as group:  # one failing cancels the others
+            runs = [group.create_task(self._result(served, method, outputs, examples))
+                    for _, method, served, outputs in checked]  # fmt: skip
+        return [(_spec_of(s, v), method, r)
+                for (s, method, _, _), (r, v) in zip(checked, (t.result() for t in runs),
+                                                     strict=True)]  # fmt: skip
 
 
 def classify_json(result: Any) -> str:

@@ -28,17 +28,32 @@ _JSON_TYPES = {type(None): "Null", list: "Array", dict: "Object", str: "String",
                float: "Number"}  # fmt: skip
 
 
-def serialized_examples(given: Any) -> list[bytes]:
+def serialized_examples(given: Any, max_bytes: int) -> list[bytes]:
     """The examples of a tensorflow.serving.Input, each as the bytes its signature parses
-    (backends/tfserving/warmup.py makes them: a warm-up record's are made the same way)."""
+    (backends/tfserving/warmup.py makes them: a warm-up record's are made the same way).
+    The context is copied into each example: past `max_bytes` in all, refused before
+    anything is copied (a small request must not make a large one)."""
+    kind = given.WhichOneof("kind")
+    if kind == "example_list_with_context":
+        listed = given.example_list_with_context
+        size = listed.context.ByteSize() * len(listed.examples)
+        size += sum(e.ByteSize() for e in listed.examples)
+        if size > max_bytes:
+            raise invalid(f"the examples come to {size} bytes with the context in each, over "
+                          f"the {max_bytes}-byte limit; send fewer examples or a smaller "
+                          "context")  # fmt: skip
     examples = example_bytes(given)
     if not examples:
         raise invalid("Input is empty.")
     return examples
 
 
-def _shown(body: Any) -> str:
-    text = json.dumps(body)
+def shown(body: Any) -> str:
+    """A request's JSON in an error, cut as TF Serving cuts it."""
+    try:
+        text = json.dumps(body)
+    except RecursionError:
+        return "(a document nested too deep to show)"
     return text if len(text) <= _DEBUG_CHARS else text[:_DEBUG_CHARS] + "..."
 
 
@@ -50,11 +65,12 @@ def _json_type(value: Any) -> str:
 
 
 def _kind(value: Any, feature: str) -> str:
+    """int64, uint64 (which no feature holds), float or bytes; else TF Serving's refusal."""
     if isinstance(value, int):  # a bool too: 1 or 0
         if _INT64[0] <= value <= _INT64[1]:
             return "int64"
         if 0 < value < 2**64:
-            raise invalid(f"Feature: {feature} has uint64_t element. Only int64_t is supported.")
+            return "uint64"
         return "float"  # past uint64 too: a double, as rapidjson reads it
     if isinstance(value, float):
         return "float"
@@ -76,8 +92,9 @@ def _float(value: float | int) -> float:
 def _bytes(value: Any) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
-    try:
-        return base64.b64decode(value["b64"], validate=True)
+    text = value["b64"]
+    try:  # (padding may be left out, as TF Serving's decoder allows)
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise invalid("Unable to base64 decode") from None
 
@@ -90,8 +107,11 @@ def _add_feature(example: Any, name: str, value: Any) -> None:
         return  # a feature of no kind, still named
     kind = _kind(values[0], name)
     for item in values[1:]:
-        if _kind(item, name) != kind:
+        found = _kind(item, name)
+        if found != kind and not (found == "uint64" and kind == "int64"):
             raise invalid(f"Unexpected element type in feature: {name} expecting type: {kind}")
+    if kind == "uint64" or (kind == "int64" and any(_kind(v, name) == "uint64" for v in values)):
+        raise invalid(f"Feature: {name} has uint64_t element. Only int64_t is supported.")
     if kind == "int64":
         feature.int64_list.value.extend(int(v) for v in values)
     elif kind == "float":
@@ -111,19 +131,22 @@ def _example(value: Any) -> Any:
 
 def input_from_json(body: Any) -> Any:
     """REST's `:classify` / `:regress` body (parsed) as a tensorflow.serving.Input."""
+    given = input_pb2.Input()
+    context = None
+    if "context" in body:  # read first, as TF Serving reads it
+        context = _example(body["context"])
     if "examples" not in body:
-        raise invalid(f"JSON Value: {_shown(body)} When method is classify, key 'examples' "
+        raise invalid(f"JSON Value: {shown(body)} When method is classify, key 'examples' "
                       "is expected and was not found")  # fmt: skip
     examples = body["examples"]
     if not isinstance(examples, list):
-        raise invalid(f"JSON Value: {_shown(body)} Expecting 'examples' value to be an "
+        raise invalid(f"JSON Value: {shown(body)} Expecting 'examples' value to be an "
                       "list/array")  # fmt: skip
     if not examples:
-        raise invalid(f"JSON Value: {_shown(body)} 'examples' value is an empty array")
-    given = input_pb2.Input()
-    if "context" in body:
+        raise invalid(f"JSON Value: {shown(body)} 'examples' value is an empty array")
+    if context is not None:
         listed = given.example_list_with_context
-        listed.context.CopyFrom(_example(body["context"]))
+        listed.context.CopyFrom(context)
     else:
         listed = given.example_list
     for value in examples:

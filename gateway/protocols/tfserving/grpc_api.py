@@ -105,7 +105,7 @@ def _filtered(output_filter: list[str], outputs: list[str]) -> list[str]:
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, core: Core, tfs: TfServing, max_bytes: int) -> None:
         self.core, self.tfs, self.max_bytes = core, tfs, max_bytes
-        self.methods = Methods(core, tfs)
+        self.methods = Methods(core, tfs, max_bytes)
 
     async def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
         try:
@@ -121,6 +121,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         name, version, label = _spec(request)
         signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
         served = await self.tfs.served(self.core, name, version, label, signature)
+        await self.methods.check_predict(served, signature)
         _check_inputs(list(request.inputs), list(served.inputs))
         tensors = []
         for input_name, proto in request.inputs.items():

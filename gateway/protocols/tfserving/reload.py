@@ -30,7 +30,7 @@ from accel_base.version_dirs import available_versions
 from backends.tfserving.signatures import signature_versions
 from gateway.core.interface import Core
 from gateway.protocols.tfserving.errors import TfsError, from_gateway
-from gateway.protocols.tfserving.served import TfModel, TfServing
+from gateway.protocols.tfserving.served import TfModel, TfServing, policy_versions
 
 log = logging.getLogger("accel_gateway")
 
@@ -50,17 +50,6 @@ def _versions_on_disk(models: dict[str, TfModel]) -> dict[str, frozenset[int]]:
         name: frozenset(available_versions(m.base_path)) if m.base_path.is_dir() else frozenset()
         for name, m in models.items()
     }  # fmt: skip
-
-
-def policy_versions(model: TfModel, on_disk: frozenset[int]) -> set[int]:
-    """The versions on disk that the model's version policy serves."""
-    policy = model.policy
-    if "all" in policy:
-        return set(on_disk)
-    if "specific" in policy:
-        return set(policy["specific"]["versions"]) & on_disk
-    count = policy.get("latest", {}).get("num_versions", 1)
-    return set(sorted(on_disk)[-count:])
 
 
 class Reloader:

@@ -34,10 +34,10 @@ from gateway.protocols.tfserving.classify import (
     regress_json,
 )
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
-from gateway.protocols.tfserving.examples import input_from_json
+from gateway.protocols.tfserving.examples import input_from_json, shown
 from gateway.protocols.tfserving.json_tensors import request_inputs, response_text
 from gateway.protocols.tfserving.metadata import metadata_json
-from gateway.protocols.tfserving.served import TfServing
+from gateway.protocols.tfserving.served import DEFAULT_SIGNATURE, TfServing
 from gateway.protocols.tfserving.status import version_states
 
 log = logging.getLogger("accel_gateway")
@@ -52,6 +52,7 @@ _PATH = re.compile(
 )
 _VERBS = ("predict", "classify", "regress")
 _INT64_MAX = 2**63 - 1
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 async def _reply(send: Send, status: int, body: Any) -> None:
@@ -63,11 +64,16 @@ def _parsed(raw: bytes) -> Any:
     if not raw.strip():
         raise invalid("JSON Parse error: The document is empty")
     try:
-        return json.loads(raw)  # (accepts NaN and Infinity, as TF Serving does)
+        body = json.loads(raw)  # (accepts NaN and Infinity, as TF Serving does)
+        if _ESCAPED_SURROGATE.search(raw):  # a lone one is no text: refused, as rapidjson does
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # (a ValueError: first)
+        raise invalid("JSON Parse error: The surrogate pair in string is invalid.") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"JSON Parse error: {exc}") from None
     except RecursionError:
         raise invalid("JSON Parse error: the document nests too deep") from None
+    return body
 
 
 def _signature(body: Any) -> str:
@@ -77,13 +83,13 @@ def _signature(body: Any) -> str:
     return signature
 
 
-async def predict(
-    core: Core, tfs: TfServing, name: str, version: int | None, label: str, raw: bytes
-) -> str:
+async def predict(methods: Methods, name: str, version: int | None, label: str, raw: bytes) -> str:
     """A `:predict` body's answer (`predictions` or `outputs`), as JSON text."""
+    core, tfs = methods.core, methods.tfs
     body = _parsed(raw)
     signature = _signature(body)
     served = await tfs.served(core, name, version, label, signature)
+    await methods.check_predict(served, signature or DEFAULT_SIGNATURE)
     inputs, row = request_inputs(body, served.inputs)
     tensors = [Tensor(n, served.inputs[n], array) for n, array in inputs.items()]
     response = await served.run(core, tensors, list(served.outputs))
@@ -96,7 +102,7 @@ async def classify_or_regress(
     """A `:classify` or `:regress` body's answer (`results`), as JSON text."""
     body = _parsed(raw)
     if not isinstance(body, dict):
-        raise invalid(f"JSON Value: {json.dumps(body)[:256]} Is not object")
+        raise invalid(f"JSON Value: {shown(body)} Is not object")
     spec = Spec(name, version, label, _signature(body))
     if verb == "classify":
         result, _ = await methods.run(spec, CLASSIFY, input_from_json(body))
@@ -109,7 +115,7 @@ def create_rest_app(
     core: Core, tfs: TfServing, max_body_bytes: int, timeout_s: float = 30.0
 ) -> ASGIApp:
     """`timeout_s`: how long a prediction may take (--rest_api_timeout_in_ms)."""
-    methods = Methods(core, tfs)
+    methods = Methods(core, tfs, max_body_bytes)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
@@ -137,7 +143,7 @@ def create_rest_app(
             try:
                 async with asyncio.timeout(timeout_s):
                     if match["verb"] == "predict":
-                        answer = await predict(core, tfs, name, version, label, raw)
+                        answer = await predict(methods, name, version, label, raw)
                     else:
                         answer = await classify_or_regress(
                             methods, name, version, label, raw, match["verb"]

@@ -76,6 +76,17 @@ def repository_name(model: str, signature: str) -> str:
     return model if signature in ("", DEFAULT_SIGNATURE) else f"{model}:{signature}"
 
 
+def policy_versions(model: TfModel, on_disk: frozenset[int]) -> set[int]:
+    """The versions on disk that the model's version policy serves."""
+    policy = model.policy
+    if "all" in policy:
+        return set(on_disk)
+    if "specific" in policy:
+        return set(policy["specific"]["versions"]) & on_disk
+    count = policy.get("latest", {}).get("num_versions", 1)
+    return set(sorted(on_disk)[-count:])
+
+
 def mount_config(
     model: TfModel, signature: str, batching: Batching | None, warmup_iterations: int = 0
 ) -> dict[str, Any]:
@@ -211,10 +222,10 @@ class TfServing:
                 version = max(int(v) for v in (await core.model_metadata(name))["versions"])
             except (GatewayError, ValueError):
                 version = max(having)
+        known = {v for versions in self.signatures.get(name, {}).values() for v in versions}
+        if version not in policy_versions(model, frozenset(known)):  # not served at all
+            raise missing(name, version)
         if version not in having:
-            known = {v for versions in self.signatures.get(name, {}).values() for v in versions}
-            if version not in known:  # no such version: the servable is what is missing
-                raise missing(name, version)
             raise SignatureMissing(signature)
         target = repository_name(name, signature)
         try:

@@ -25,7 +25,7 @@ def test_a_context_joins_each_example_and_the_example_wins_a_clash() -> None:
         "context": {"shared": 1, "both": "context"},
         "examples": [{}, {"both": "example", "own": 2.5}],
     })  # fmt: skip
-    first, second = (_features(b) for b in serialized_examples(given))
+    first, second = (_features(b) for b in serialized_examples(given, 1 << 20))
     assert first == {"shared": ("int64_list", [1]), "both": ("bytes_list", [b"context"])}
     assert second == {"shared": ("int64_list", [1]), "both": ("bytes_list", [b"example"]),
                       "own": ("float_list", [2.5])}  # fmt: skip
@@ -34,13 +34,14 @@ def test_a_context_joins_each_example_and_the_example_wins_a_clash() -> None:
 def test_a_feature_s_first_value_fixes_its_kind() -> None:
     (serialized,) = serialized_examples(input_from_json({"examples": [{
         "ints": [1, True, False], "floats": [1.5, 2.0], "nan": float("nan"),
-        "text": ["a", {"b64": "aGk="}], "empty": [], "huge": 2**70, "vast": -(10**400), "scalar": 7,
-    }]}))  # fmt: skip
+        "text": ["a", {"b64": "aGk="}, {"b64": "aGk"}], "empty": [], "huge": 2**70,
+        "vast": -(10**400), "scalar": 7,
+    }]}), 1 << 20)  # fmt: skip
     found = _features(serialized)
     assert found["ints"] == ("int64_list", [1, 1, 0])
     assert found["floats"] == ("float_list", [1.5, 2.0])
     assert found["nan"][0] == "float_list"
-    assert found["text"] == ("bytes_list", [b"a", b"hi"])
+    assert found["text"] == ("bytes_list", [b"a", b"hi", b"hi"])  # padding may be left out
     assert found["empty"] == (None, [])
     assert found["huge"][0] == "float_list"  # past uint64: a double, as rapidjson reads it
     assert found["vast"] == ("float_list", [float("-inf")])
@@ -67,7 +68,11 @@ def test_a_feature_s_first_value_fixes_its_kind() -> None:
         ({"examples": [{"f": 2**63}]},
          "Feature: f has uint64_t element. Only int64_t is supported."),
         ({"examples": [{"f": {"b64": "not base64!"}}]}, "Unable to base64 decode"),
-        ({"context": 3, "examples": [{}]}, "Example must be JSON object but got JSON Number"),
+        ({"context": 3}, "Example must be JSON object but got JSON Number"),  # context first
+        ({"examples": [{"f": ["a", 2**63]}]},
+         "Unexpected element type in feature: f expecting type: bytes"),
+        ({"examples": [{"f": [1, 2**63]}]},
+         "Feature: f has uint64_t element. Only int64_t is supported."),
     ],
 )  # fmt: skip
 def test_json_refusals_in_tf_serving_s_words(body, words) -> None:
@@ -80,8 +85,17 @@ def test_json_refusals_in_tf_serving_s_words(body, words) -> None:
 def test_an_input_with_no_examples_is_refused() -> None:
     for given in (input_pb2.Input(), input_pb2.Input(example_list=input_pb2.ExampleList())):
         with pytest.raises(TfsError, match=r"^Input is empty\.$"):
-            serialized_examples(given)
+            serialized_examples(given, 1 << 20)
     with_context = input_pb2.Input()
     with_context.example_list_with_context.context.SetInParent()
     with pytest.raises(TfsError, match=r"^Input is empty\.$"):
-        serialized_examples(with_context)
+        serialized_examples(with_context, 1 << 20)
+
+
+def test_a_context_copied_into_each_example_is_bounded() -> None:
+    given = input_from_json({"context": {"f": "x" * 1000}, "examples": [{}] * 100})
+    assert len(serialized_examples(given, 200_000)) == 100
+    with pytest.raises(TfsError) as refused:
+        serialized_examples(given, 50_000)  # a 1 KB context, 100 times
+    assert refused.value.http_status == 400
+    assert "over the 50000-byte limit" in refused.value.message

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from gateway.protocols.tfserving.errors import TfsError
-from gateway.protocols.tfserving.reload import Reloader, policy_versions
-from gateway.protocols.tfserving.served import TfModel, TfServing
+from gateway.protocols.tfserving.reload import Reloader
+from gateway.protocols.tfserving.served import TfModel, TfServing, policy_versions
 
 
 @pytest.mark.parametrize(

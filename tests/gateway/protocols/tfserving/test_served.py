@@ -92,3 +92,16 @@ def test_version_states_newest_first_with_failures_ended() -> None:
     assert [s["version"] for s in one["model_version_status"]] == ["1"]
     with pytest.raises(TfsError, match="Could not find version 9 of model m"):
         asyncio.run(version_states(Core({}, rows), _serving(), "m", 9))
+
+
+def test_a_version_the_policy_does_not_serve_is_not_found_whatever_the_signature() -> None:
+    latest = TfServing({"m": TfModel("m", Path("/models/m"))},
+                       signatures={"m": {"serving_default": [1, 2], "other": [1]}})  # fmt: skip
+    core = Core({"m": [2]}, [])
+    for version in (1, 9):  # 1 is on disk, but the latest policy serves 2 alone
+        with pytest.raises(TfsError) as refused:
+            asyncio.run(latest.resolve(core, "m", version, "", "other"))
+        assert refused.value.message == f"Servable not found for request: Specific(m, {version})"
+    # A served version that lacks the signature: the signature is what is missing.
+    with pytest.raises(SignatureMissing):
+        asyncio.run(_serving().resolve(Core({"m": [1, 2]}, []), "m", 2, "", "other"))
