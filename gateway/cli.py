@@ -32,6 +32,7 @@ from gateway.operation.security import (
 )
 from gateway.operation.tracing.tracer import Tracing, parse_trace_config
 from gateway.protocols.grpc.listener import GRPC_SERVERS
+from gateway.protocols.tfserving.options import TfServingOptions
 from gateway.protocols.torchserve.options import TorchServeOptions
 from gateway.run import run_gateway
 from gateway.server import ServerOptions
@@ -234,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the directory TorchServe's management API registers archives from (a `url` "
         "inside it); the archives unpack into the model repository",
     )
+    serve.add_argument(
+        "--tfserving-port",
+        type=port,
+        help="serve TF Serving's gRPC API (PredictionService, ModelService) on this port too, "
+        "every model of the repository as its one signature (accel-gateway "
+        "tensorflow-model-server serves TF Serving's own base paths and flags)",
+    )
+    serve.add_argument(
+        "--tfserving-rest-port", type=port, help="serve TF Serving's REST API (/v1/models) too"
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--log-format", default="default", choices=FORMATS,
                        help="text with local time (default), text with UTC ISO 8601 time, or "
@@ -350,6 +361,7 @@ def _options(
         allow_shared_memory=args.allow_shared_memory,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
         torchserve=_torchserve_options(args),
+        tfserving=TfServingOptions.for_repository(args.tfserving_port, args.tfserving_rest_port),
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),

@@ -10,12 +10,14 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
+from accel_base.errors import NotFound
 from accel_base.proto.tfserving.tensorflow_serving.apis import get_model_metadata_pb2
 from accel_base.version_dirs import version_dir
 from backends.tfserving.signatures import SavedModelError, signature_defs
 from gateway.core.interface import Core
 from gateway.protocols.tfserving.errors import TfsError
-from gateway.protocols.tfserving.served import Served, TfServing, missing
+from gateway.protocols.tfserving.served import DEFAULT_SIGNATURE, Served, TfServing, missing
+from gateway.protocols.tfserving.tensor_proto import V2_TO_DT
 
 
 async def _ready_versions(core: Core, name: str) -> list[int]:
@@ -49,11 +51,34 @@ async def _version_defs(tfs: TfServing, name: str, version: int) -> dict[str, An
 
 async def method_name(core: Core, tfs: TfServing, served: Served, signature: str) -> str:
     """The `method_name` of a signature as the version it runs on declares it."""
+    if tfs.from_repository(served.name):
+        return "tensorflow/serving/predict"  # (_v2_signature's)
     version = served.version
     if version is None:
         version = await latest_version(core, tfs, served.name)
     definition = (await _version_defs(tfs, served.name, version)).get(signature)
     return "" if definition is None else definition.method_name
+
+
+async def _v2_signature(core: Core, name: str, version: int) -> Any:
+    """A repository model's one signature, `serving_default`, made from its V2 metadata:
+    each input and output by name, with its dtype and shape (-1: any size)."""
+    from accel_base.proto.tfserving.tensorflow.core.protobuf import meta_graph_pb2
+
+    try:
+        metadata = await core.model_metadata(name, str(version))
+    except NotFound:
+        raise missing(name, version) from None
+    signature = meta_graph_pb2.SignatureDef(method_name="tensorflow/serving/predict")
+    for side, tensors in ((signature.inputs, metadata["inputs"]),
+                          (signature.outputs, metadata["outputs"])):  # fmt: skip
+        for tensor in tensors:
+            info = side[tensor["name"]]
+            info.name = tensor["name"]
+            info.dtype = V2_TO_DT.get(tensor["datatype"], 0)  # 0: DT_INVALID (none fits)
+            for size in tensor["shape"]:
+                info.tensor_shape.dim.add().size = int(size)
+    return signature
 
 
 async def signature_def_map(
@@ -65,7 +90,10 @@ async def signature_def_map(
         version = await latest_version(core, tfs, name)
     elif version not in await _ready_versions(core, name):
         raise missing(name, version)
-    defs = await _version_defs(tfs, name, version)
+    if tfs.from_repository(name):
+        defs = {DEFAULT_SIGNATURE: await _v2_signature(core, name, version)}
+    else:
+        defs = await _version_defs(tfs, name, version)
     answer = get_model_metadata_pb2.SignatureDefMap()
     for key, definition in defs.items():
         answer.signature_def[key].CopyFrom(definition)

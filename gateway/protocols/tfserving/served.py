@@ -151,6 +151,8 @@ class TfServing:
     method_check: bool = False  # --enable_signature_method_name_check
     # --enable_model_warmup (0: off) and --num_request_iterations_for_warmup
     warmup_iterations: int = 1
+    # Whether every model of the repository is served too (`serve --tfserving-port`).
+    repository_models: bool = False
     # Where a reload (HandleReloadConfigRequest) may find base paths: the directories
     # that hold the start's (a request never mounts a directory the operator did not name).
     reload_roots: tuple[Path, ...] = ()
@@ -178,11 +180,23 @@ class TfServing:
             mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
         return mounts
 
-    def labelled(self, name: str, version: int | None, label: str) -> tuple[TfModel, int | None]:
-        """The model asked for, and the version: the one given, its label's, or None."""
+    def from_repository(self, name: str) -> bool:
+        """Whether `name` is served as a model of the repository (`serve`'s TF Serving
+        fronts: any model, by its V2 inputs and outputs, as its one signature)."""
+        return self.repository_models and name not in self.models
+
+    def labelled(
+        self, name: str, version: int | None, label: str
+    ) -> tuple[TfModel | None, int | None]:
+        """The model asked for (None: a repository model), and the version: the one
+        given, its label's, or None."""
         model = self.models.get(name)
         if model is None:
-            raise missing(name, version)
+            if not self.from_repository(name):
+                raise missing(name, version)
+            if label:  # a repository model has no labels
+                raise invalid(f"Unrecognized servable version label: {label}")
+            return None, version
         if label:
             if label not in model.labels:
                 raise invalid(f"Unrecognized servable version label: {label}")
@@ -212,6 +226,8 @@ class TfServing:
         signature = signature or DEFAULT_SIGNATURE
         if signature == DEFAULT_SIGNATURE:
             return name, version
+        if model is None:  # a repository model: one signature
+            raise SignatureMissing(signature)
         having = self.signatures.get(name, {}).get(signature)
         if having is None:
             raise SignatureMissing(signature)

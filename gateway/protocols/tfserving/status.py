@@ -28,7 +28,7 @@ def _status(row: dict[str, Any]) -> dict[str, Any]:
 async def version_states(core: Core, tfs: TfServing, name: str, version: int | None
                          ) -> dict[str, Any]:  # fmt: skip
     """`{"model_version_status": [...]}` for the model, or for the one version asked."""
-    if name not in tfs.models:
+    if name not in tfs.models and not tfs.from_repository(name):
         raise not_found(f"Could not find any versions of model {name}")
     rows = [r for r in await core.repository_index() if r["name"] == name and r["version"]]
     rows.sort(key=lambda r: -int(r["version"]))
