@@ -35,17 +35,37 @@ def signature_defs(directory: Path) -> dict[str, Any]:
     raise SavedModelError(f"{path} has no MetaGraph tagged '{SERVE_TAG}'")
 
 
-def signature_versions(base_path: Path) -> dict[str, list[int]]:
+# saved_model.pb -> ((mtime, size) when read, its signature names or None: unreadable)
+ParseCache = dict[Path, tuple[tuple[int, int], list[str] | None]]
+
+
+def _signature_names(directory: Path, cache: ParseCache | None) -> list[str] | None:
+    path = directory / "saved_model.pb"
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (stat.st_mtime_ns, stat.st_size)
+    if cache is not None and path in cache and cache[path][0] == key:
+        return cache[path][1]
+    try:
+        names: list[str] | None = list(signature_defs(directory))
+    except SavedModelError:
+        names = None
+    if cache is not None:
+        cache[path] = (key, names)
+    return names
+
+
+def signature_versions(base_path: Path, cache: ParseCache | None = None) -> dict[str, list[int]]:
     """Each signature under a base path, with the versions that have it; versions whose
-    saved_model.pb cannot be read are left to their load to report."""
+    saved_model.pb cannot be read are left to their load to report. With `cache`, a
+    saved_model.pb is parsed again only when it changed (a poll every second must not
+    parse every version every second)."""
     found: dict[str, list[int]] = {}
     if not base_path.is_dir():
         return found
     for version in available_versions(base_path):
-        try:
-            names = signature_defs(version_dir(base_path, version))
-        except SavedModelError:
-            continue
-        for name in names:
+        for name in _signature_names(version_dir(base_path, version), cache) or ():
             found.setdefault(name, []).append(version)
     return dict(sorted(found.items()))

@@ -243,6 +243,8 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
                 )
             else:
                 new[version] = VersionState("READY", model=model)
+        if errors:  # as Triton and TF Serving: a failed load keeps what was serving
+            new.update({v: s for v, s in old.items() if v not in new and is_ready_state(s)})
         entry.versions = new
         await self._close_versions([s for v, s in old.items() if s.model and new.get(v) is not s])
         if errors:

@@ -163,6 +163,26 @@ def test_failed_reload_keeps_the_serving_version(repository_copy, server_factory
     np.testing.assert_array_equal(infer_identity(client, "http").as_numpy("OUTPUT0"), [[1, 2, 3]])
 
 
+def test_a_new_version_that_fails_to_load_leaves_the_old_one_serving(
+    repository_copy, server_factory
+):
+    repository = repository_copy("identity_int32")
+    server = server_factory(
+        repository, "--model-control-mode", "explicit", "--load-model", "identity_int32"
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    (repository / "identity_int32" / "2").mkdir()
+    (repository / "identity_int32" / "2" / "model.onnx").write_bytes(b"not a model")
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("identity_int32")  # the latest policy wants version 2 alone
+    assert "failed to load 'identity_int32'" in info.value.message()
+    assert client.is_model_ready("identity_int32", "1")
+    np.testing.assert_array_equal(infer_identity(client, "http").as_numpy("OUTPUT0"), [[1, 2, 3]])
+    states = {row["version"]: row["state"] for row in client.get_model_repository_index()
+              if row["name"] == "identity_int32"}  # fmt: skip
+    assert states == {"1": "READY", "2": "UNAVAILABLE"}
+
+
 def test_config_override_must_be_a_valid_config_for_that_model(repository_copy, server_factory):
     repository = repository_copy("identity_int32")
     server = server_factory(repository, "--model-control-mode", "explicit")

@@ -4,6 +4,8 @@ file read again; on a real `accel-gateway tensorflow-model-server` process."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import threading
 import time
 
@@ -63,43 +65,71 @@ def _entry(name, base, extra=""):
             f"{extra} }}")  # fmt: skip
 
 
-def test_a_new_version_is_served_once_it_appears(world) -> None:
-    rest, keep = world["rest"], world["bases"]["keep"]
-    staging = build_strings(world["tmp"] / "staging", 2)
-    (staging / "2").rename(keep / "2")  # in place whole, as TF Serving asks
-    # The latest policy: version 2 comes up, version 1 goes.
-    wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
-    answer = rest.post("/v1/models/keep:predict", json={"instances": ["abc"]})
-    assert answer.json() == {"predictions": [{"upper": "ABC", "length": 3}]}
-
-
-def test_a_reload_under_load_loses_no_request(world) -> None:
-    rest, bases = world["rest"], world["bases"]
-    wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
+@contextlib.contextmanager
+def _under_load(rest: httpx.Client, model: str, body: dict, clients: int = 3):
+    """Requests from `clients` threads until the block ends: the statuses they got."""
     outcomes: list[int] = []
     stop = threading.Event()
 
     def load() -> None:
         with httpx.Client(base_url=str(rest.base_url), timeout=60) as client:
             while not stop.is_set():
-                answer = client.post("/v1/models/keep:predict", json={"instances": ["x"]})
-                outcomes.append(answer.status_code)
+                outcomes.append(client.post(f"/v1/models/{model}:predict", json=body).status_code)
 
-    threads = [threading.Thread(target=load) for _ in range(4)]
+    threads = [threading.Thread(target=load) for _ in range(clients)]
     for thread in threads:
         thread.start()
     try:
         time.sleep(0.5)
-        # keep: every version now (it loads again); gone: dropped; added: new.
-        response = _reload(world, "model_config_list { "
-                           + _entry("keep", bases["keep"], "model_version_policy { all {} }")
-                           + _entry("added", bases["added"]) + " }")  # fmt: skip
-        assert response.status.error_code == 0
+        yield outcomes
         time.sleep(0.5)
     finally:
         stop.set()
         for thread in threads:
             thread.join(60)
+
+
+def test_a_new_version_is_served_once_it_appears(world) -> None:
+    rest, keep = world["rest"], world["bases"]["keep"]
+    reverse = {"signature_name": "reverse", "instances": ["abc"]}
+    assert rest.post("/v1/models/keep:predict", json=reverse, timeout=120).status_code == 200
+    # The latest policy: version 2 comes up, version 1 goes; requests for a signature
+    # other than serving_default see no gap while its model changes versions too.
+    with _under_load(rest, "keep", reverse) as outcomes:
+        staging = build_strings(world["tmp"] / "staging", 2)
+        (staging / "2").rename(keep / "2")  # in place whole, as TF Serving asks
+        wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
+        # The signature's model loads again after the model's own; then version 2 has it.
+        two = "/v1/models/keep/versions/2:predict"
+        wait_until(lambda: rest.post(two, json=reverse).status_code == 200, timeout_s=120)
+    assert outcomes and set(outcomes) == {200}, sorted(set(outcomes))
+    answer = rest.post("/v1/models/keep:predict", json={"instances": ["abc"]})
+    assert answer.json() == {"predictions": [{"upper": "ABC", "length": 3}]}
+
+
+def test_a_version_that_fails_to_load_leaves_the_last_one_serving(world) -> None:
+    rest, keep = world["rest"], world["bases"]["keep"]
+    wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
+    broken = world["tmp"] / "broken"
+    broken.mkdir()
+    shutil.copy(keep / "2" / "saved_model.pb", broken / "saved_model.pb")  # no variables
+    broken.rename(keep / "3")
+    wait_until(lambda: _versions(rest, "keep") == {"3": "END", "2": "AVAILABLE"}, timeout_s=120)
+    for body in ({"instances": ["abc"]}, {"signature_name": "reverse", "instances": ["abc"]}):
+        assert rest.post("/v1/models/keep:predict", json=body).status_code == 200
+    shutil.rmtree(keep / "3")
+    wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
+
+
+def test_a_reload_under_load_loses_no_request(world) -> None:
+    rest, bases = world["rest"], world["bases"]
+    wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
+    with _under_load(rest, "keep", {"instances": ["x"]}, clients=4) as outcomes:
+        # keep: every version now (it loads again); gone: dropped; added: new.
+        response = _reload(world, "model_config_list { "
+                           + _entry("keep", bases["keep"], "model_version_policy { all {} }")
+                           + _entry("added", bases["added"]) + " }")  # fmt: skip
+        assert response.status.error_code == 0
     assert outcomes and set(outcomes) == {200}, sorted(set(outcomes))
     assert _versions(rest, "keep") == {"2": "AVAILABLE", "1": "AVAILABLE"}
     assert _versions(rest, "added") == {"1": "AVAILABLE"}  # loaded before the answer
@@ -121,8 +151,12 @@ def test_reload_refusals(world, tmp_path_factory) -> None:
     assert unavailable.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "version 9 of model keep, which is not currently available" in (
         unavailable.value.details())  # fmt: skip
-    # Refused whole: what was served still is. An empty config changes nothing.
-    assert _reload(world, "").status.error_code == 0
+    # An empty config is refused, as TF Serving refuses it.
+    with pytest.raises(grpc.RpcError) as empty:
+        _reload(world, "")
+    assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "Only ModelConfigList is currently supported" in empty.value.details()
+    # Refused whole: what was served still is.
     assert _versions(world["rest"], "added") == {"1": "AVAILABLE"}
 
 

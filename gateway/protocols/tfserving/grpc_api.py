@@ -220,17 +220,20 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
     async def HandleReloadConfigRequest(self, request: Any, context: Any) -> Any:  # noqa: N802
-        """Serve the request's model config instead (an empty one changes nothing, as in
-        TF Serving); relative base paths are relative to the server's working directory."""
+        """Serve the request's model config instead; relative base paths are relative to
+        the server's working directory."""
         try:
-            if request.config.WhichOneof("config") is not None:
-                where = Path.cwd() / "reload"
-                try:
-                    models = models_of(request.config, where)
-                except ModelConfigError as exc:
-                    raise invalid(str(exc).removeprefix(f"{where}: ")) from None
-                self.reloader.check_roots(models)
-                await self.reloader.apply(models)
+            if request.config.WhichOneof("config") != "model_config_list":
+                raise invalid("ServerModelConfig type not supported by "
+                              "HandleReloadConfigRequest. Only ModelConfigList is currently "
+                              "supported")  # fmt: skip
+            where = Path.cwd() / "reload"
+            try:
+                models = models_of(request.config, where)
+            except ModelConfigError as exc:
+                raise invalid(str(exc).removeprefix(f"{where}: ")) from None
+            self.reloader.check_roots(models)
+            await self.reloader.apply(models)
         except (TfsError, GatewayError) as exc:
             await _abort(context, exc)
             return None

@@ -39,11 +39,14 @@ async def _version_defs(tfs: TfServing, name: str, version: int) -> dict[str, An
     """A version's SignatureDefs (read once: a version's files do not change under it)."""
     defs = tfs.signature_defs.get((name, version))
     if defs is None:
-        directory = version_dir(tfs.models[name].base_path, version)
+        model = tfs.models.get(name)
+        if model is None:  # dropped by a reload meanwhile
+            raise missing(name, version)
+        directory = version_dir(model.base_path, version)
         try:  # (a saved_model.pb may be large: read off the event loop)
             defs = await asyncio.to_thread(signature_defs, directory)
         except SavedModelError as exc:
-            where = str(tfs.models[name].base_path)  # the client is told the name, not the path
+            where = str(model.base_path)  # the client is told the name, not the path
             raise TfsError(grpc.StatusCode.INTERNAL, str(exc).replace(where, name)) from None
         tfs.signature_defs[(name, version)] = defs
     return defs

@@ -12,7 +12,10 @@
 
 A version directory is seen once its saved_model.pb can be read: copy a version in under
 another name and rename it into place, as with TF Serving. While a model loads again its
-loaded versions go on serving (gateway/core/repository.py). Changes run one at a time.
+loaded versions go on serving, and a version that fails to load leaves those it was to
+replace serving (gateway/core/repository.py). A signature's model changes versions after
+the model's own, and requests see the new signatures once both have. Changes run one at a
+time, each to its end: a client that stops waiting for its reload does not stop it.
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ import grpc
 
 from accel_base.errors import GatewayError
 from accel_base.version_dirs import available_versions
-from backends.tfserving.signatures import signature_versions
+from backends.tfserving.signatures import ParseCache, signature_versions
 from gateway.core.interface import Core
-from gateway.protocols.tfserving.errors import TfsError, from_gateway
-from gateway.protocols.tfserving.served import TfModel, TfServing, policy_versions
+from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid
+from gateway.protocols.tfserving.served import (
+    TfModel,
+    TfServing,
+    policy_versions,
+    served_signatures,
+)
 
 log = logging.getLogger("accel_gateway")
 
@@ -45,11 +53,14 @@ class Polling:
     read_config: Callable[[], dict[str, TfModel]] | None = None
 
 
-def _versions_on_disk(models: dict[str, TfModel]) -> dict[str, frozenset[int]]:
-    return {
-        name: frozenset(available_versions(m.base_path)) if m.base_path.is_dir() else frozenset()
-        for name, m in models.items()
-    }  # fmt: skip
+def _listing(model: TfModel) -> frozenset[int]:
+    """The version directories under a base path (none when it is not a directory);
+    OSError when it cannot be listed."""
+    return frozenset(available_versions(model.base_path) if model.base_path.is_dir() else ())
+
+
+def _served_versions(signatures: dict[str, list[int]]) -> frozenset[int]:
+    return frozenset(v for versions in signatures.values() for v in versions)
 
 
 class Reloader:
@@ -58,8 +69,15 @@ class Reloader:
     def __init__(self, core: Core, tfs: TfServing) -> None:
         self.core, self.tfs = core, tfs
         self._lock = asyncio.Lock()
-        self._seen = _versions_on_disk(tfs.models)
+        # Per model: the versions served (as its signatures were last mounted), the
+        # directories last listed in full, and its saved_model.pb files as parsed.
+        self._seen = {name: _served_versions(s) for name, s in tfs.signatures.items()}
+        self._listed: dict[str, frozenset[int]] = {}
+        self._parsed: dict[str, ParseCache] = {}
+        self._unlistable: set[str] = set()  # base paths said to be unreadable, once
         self._file_models = dict(tfs.models)  # as the config file said when last read
+        self._config_error = ""  # why the config file was last not applied
+        self._applying: set[asyncio.Task] = set()
 
     # ---- the background task --------------------------------------------------------
 
@@ -78,34 +96,58 @@ class Reloader:
             await asyncio.sleep(interval_s)
             try:
                 await step()
+            except TfsError as exc:  # said where it failed; the next poll tries again
+                log.error("TF Serving: %s", exc.message)
             except Exception:  # a bad state on disk must not end polling
                 log.exception("TF Serving: a poll failed")
 
+    def _listings(self) -> dict[str, frozenset[int]]:
+        """Each model's version directories; a base path that cannot be listed is left
+        out (said once), so that it stops no other model's polling."""
+        found = {}
+        for name, model in self.tfs.models.items():
+            try:
+                found[name] = _listing(model)
+            except OSError as exc:
+                if name not in self._unlistable:
+                    log.error("TF Serving: model '%s': cannot list %s: %s", name,
+                              model.base_path, exc.strerror or exc)  # fmt: skip
+                    self._unlistable.add(name)
+                continue
+            self._unlistable.discard(name)
+        return found
+
     async def poll_versions(self) -> None:
-        """Load again each model whose version directories changed on disk."""
-        now = await asyncio.to_thread(_versions_on_disk, self.tfs.models)
-        for name, versions in now.items():
-            if versions == self._seen.get(name):
+        """Load again each model whose served versions changed on disk."""
+        for name, listed in (await asyncio.to_thread(self._listings)).items():
+            if listed == self._listed.get(name):
                 continue
             model = self.tfs.models.get(name)
             if model is None:
                 continue
-            signatures = await asyncio.to_thread(signature_versions, model.base_path)
-            readable = {v for found in signatures.values() for v in found}
-            if not versions <= readable:  # one still being written: wait for it
+            cache = self._parsed.setdefault(name, {})
+            found = await asyncio.to_thread(signature_versions, model.base_path, cache)
+            if _served_versions(found) >= listed:  # else one is still being written:
+                self._listed[name] = listed  # look at it again next time
+            signatures = served_signatures(model, found)
+            if _served_versions(signatures) == self._seen.get(name):
                 continue
-            log.info("TF Serving: model '%s' has versions %s on disk now", name, sorted(versions))
+            log.info("TF Serving: model '%s' serves versions %s now", name,
+                     sorted(_served_versions(signatures)))  # fmt: skip
             async with self._lock:
                 if self.tfs.models.get(name) is model:  # not replaced meanwhile
-                    self._seen[name] = versions
+                    self._seen[name] = _served_versions(signatures)
                     await self._mount_and_load(model, signatures)
 
     async def poll_config(self, read: Callable[[], dict[str, TfModel]]) -> None:
         try:
             models = await asyncio.to_thread(read)
         except ValueError as exc:  # as TF Serving: the served set stays as it was
-            log.error("TF Serving: the model config file was not applied: %s", exc)
+            if str(exc) != self._config_error:  # said once, not every poll
+                log.error("TF Serving: the model config file was not applied: %s", exc)
+            self._config_error = str(exc)
             return
+        self._config_error = ""
         if models != self._file_models:  # the file changed: a reload by request stays
             self._file_models = models  # until then (a failed apply is not retried)
             await self.apply(models)
@@ -118,7 +160,10 @@ class Reloader:
         name."""
         roots = [root.resolve() for root in self.tfs.reload_roots]
         for model in models.values():
-            where = model.base_path.resolve()
+            try:
+                where = model.base_path.resolve()
+            except (OSError, ValueError) as exc:  # (ValueError: a NUL byte in it)
+                raise invalid(f"model '{model.name}': base_path: {exc}") from None
             if not any(where == root or where.is_relative_to(root) for root in roots):
                 raise TfsError(
                     grpc.StatusCode.PERMISSION_DENIED,
@@ -130,9 +175,11 @@ class Reloader:
     def _check_labels(self, models: dict[str, TfModel]) -> None:
         if self.tfs.labels_for_unavailable:
             return
-        on_disk = _versions_on_disk(models)
         for model in models.values():
-            served = policy_versions(model, on_disk[model.name])
+            try:
+                served = policy_versions(model, _listing(model))
+            except OSError:
+                served = set()
             for label, version in model.labels.items():
                 if version not in served:
                     raise TfsError(
@@ -143,63 +190,92 @@ class Reloader:
                     )
 
     async def apply(self, models: dict[str, TfModel]) -> None:
-        """Serve `models` instead of the current set; TfsError when it cannot be."""
+        """Serve `models` instead of the current set; TfsError when it cannot be, or when
+        a model failed to load (the others are applied all the same). It runs to its end
+        even when the caller is cancelled: half a config would serve neither."""
+        task = asyncio.ensure_future(self._apply(models))
+        self._applying.add(task)
+        task.add_done_callback(self._applied)
+        await asyncio.shield(task)
+
+    def _applied(self, task: asyncio.Task) -> None:
+        self._applying.discard(task)
+        if not task.cancelled():
+            task.exception()  # (each failure was logged; a caller who left needs no more)
+
+    async def _apply(self, models: dict[str, TfModel]) -> None:
         async with self._lock:
             await asyncio.to_thread(self._check_labels, models)
             old = self.tfs.models
             for name in sorted(set(old) - set(models)):
                 await self._remove(name)
+            failures = []
             for name in sorted(models):
                 model = models[name]
                 if old.get(name) == model:
                     continue
-                signatures = await asyncio.to_thread(signature_versions, model.base_path)
-                self._seen[name] = frozenset(
-                    available_versions(model.base_path) if model.base_path.is_dir() else ()
-                )
-                for key in [k for k in self.tfs.signature_defs if k[0] == name]:
-                    del self.tfs.signature_defs[key]
-                await self._mount_and_load(model, signatures, publish=True)
+                self._parsed[name] = cache = {}
+                found = await asyncio.to_thread(signature_versions, model.base_path, cache)
+                signatures = served_signatures(model, found)
+                self._seen[name] = _served_versions(signatures)
+                self._listed.pop(name, None)
+                try:
+                    await self._mount_and_load(model, signatures, publish=True)
+                except TfsError as exc:
+                    log.error("TF Serving: model '%s': %s", name, exc.message)
+                    failures.append(exc)
             log.info("TF Serving: serving %s", ", ".join(sorted(models)) or "no model")
+            if failures:
+                raise failures[0]
 
     async def _remove(self, name: str) -> None:
         """Stop serving a model: at once to new requests, once drained to those in flight."""
         self.tfs.models = {n: m for n, m in self.tfs.models.items() if n != name}
         mounts = list(self.tfs.model_mounts(TfModel(name, Path()),
                                             self.tfs.signatures.pop(name, {})))  # fmt: skip
-        loaded = set(await self.core.loaded_models())
-        for mounted in mounts:
-            if mounted in loaded:
-                try:
-                    await self.core.unload_model(mounted, None)
-                except GatewayError as exc:
-                    log.warning("TF Serving: unloading '%s': %s", mounted, exc.message)
+        await self._unload(mounts)
         await self.core.set_mounts(dict.fromkeys(mounts))
-        self._seen.pop(name, None)
+        for state in (self._seen, self._listed, self._parsed):
+            state.pop(name, None)
+
+    async def _unload(self, names: list[str]) -> None:
+        loaded = set(await self.core.loaded_models())
+        for name in names:
+            if name in loaded:
+                try:
+                    await self.core.unload_model(name, None)
+                except GatewayError as exc:
+                    log.warning("TF Serving: unloading '%s': %s", name, exc.message)
 
     async def _mount_and_load(
         self, model: TfModel, signatures: dict[str, list[int]], publish: bool = False
     ) -> None:
-        """Mount the model's signatures as they are now and load it again, with those of
-        its signature models that are loaded; `publish`: a model of a new config, which
-        requests see once it has loaded."""
+        """Mount the model's served signatures (served_signatures()) and load it again,
+        then those of its signature models that are loaded; requests see the new
+        signatures after, and the model itself when `publish` (a model of a new config).
+        Every load is tried; TfsError for the first that failed (requests then see the
+        signatures as they were, which the versions kept serving have)."""
         name = model.name
         before = set(self.tfs.model_mounts(model, self.tfs.signatures.get(name, {})))
         mounts = self.tfs.model_mounts(model, signatures)
         loaded = set(await self.core.loaded_models())
-        for gone in sorted(before - set(mounts)):  # a signature no version has now
-            if gone in loaded:
-                await self.core.unload_model(gone, None)
-        await self.core.set_mounts({**dict.fromkeys(before - set(mounts)), **mounts})
-        self.tfs.signatures[name] = signatures
-        try:
-            await self.core.load_model(name, None)
-            for mounted in sorted(set(mounts) - {name}):
-                if mounted in loaded:
-                    await self.core.load_model(mounted, None)
-        except GatewayError as exc:
-            if publish:
-                self.tfs.models = {**self.tfs.models, name: model}
-            raise from_gateway(exc) from None
+        await self.core.set_mounts(mounts)
+        failures = []
+        for target in [name, *sorted(set(mounts) - {name})]:
+            if target == name or target in loaded:
+                try:
+                    await self.core.load_model(target, None)
+                except GatewayError as exc:
+                    failures.append(exc)
         if publish:
             self.tfs.models = {**self.tfs.models, name: model}
+        if failures and name in self.tfs.signatures:  # the versions it had serve on
+            raise from_gateway(failures[0])
+        self.tfs.signatures[name] = signatures
+        gone = sorted(before - set(mounts))  # signatures no served version has now
+        await self._unload(gone)
+        await self.core.set_mounts(dict.fromkeys(gone))
+        for key in [k for k in self.tfs.signature_defs if k[0] == name]:
+            del self.tfs.signature_defs[key]
+        if failures:
+            raise from_gateway(failures[0])

@@ -113,6 +113,15 @@ def mount_config(
     return config
 
 
+def served_signatures(model: TfModel, signatures: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The signatures of the versions the model's policy serves, with those versions: a
+    signature only versions out of the policy have is not served (its model unmounts)."""
+    known = frozenset(v for versions in signatures.values() for v in versions)
+    served = policy_versions(model, known)
+    kept = {name: [v for v in versions if v in served] for name, versions in signatures.items()}
+    return {name: versions for name, versions in kept.items() if versions}
+
+
 @dataclass(frozen=True)
 class Served:
     """What a request's model spec and signature run on: the repository's model and
@@ -160,8 +169,9 @@ class TfServing:
     signature_defs: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
     def discover_signatures(self) -> dict[str, dict[str, list[int]]]:
-        """Each model's signatures, as the versions on disk declare them now."""
-        return {name: signature_versions(m.base_path) for name, m in self.models.items()}
+        """Each model's served signatures, as the versions on disk declare them now."""
+        return {name: served_signatures(m, signature_versions(m.base_path))
+                for name, m in self.models.items()}  # fmt: skip
 
     def mounts(self) -> dict[str, Mounted]:
         """The repository models to mount: name -> (directory, config as JSON, the
@@ -220,7 +230,7 @@ class TfServing:
     async def resolve(
         self, core: Core, name: str, version: int | None, label: str, signature: str
     ) -> tuple[str, int | None]:
-        """The repository model and version (None: the latest) a request for `name` at
+        """The repository model and version (None: its latest) a request for `name` at
         `version` or `label` and `signature` goes to; its signature's model loaded."""
         model, version = self.labelled(name, version, label)
         signature = signature or DEFAULT_SIGNATURE
@@ -228,20 +238,18 @@ class TfServing:
             return name, version
         if model is None:  # a repository model: one signature
             raise SignatureMissing(signature)
-        having = self.signatures.get(name, {}).get(signature)
-        if having is None:
-            raise SignatureMissing(signature)
+        signatures = self.signatures.get(name, {})
+        known = {v for versions in signatures.values() for v in versions}  # (served ones)
+        having = signatures.get(signature, [])
         if version is None:
-            # The model's latest version, which must have the signature; when the model
-            # (its serving_default) is not ready, the latest that has it.
-            try:
-                version = max(int(v) for v in (await core.model_metadata(name))["versions"])
-            except (GatewayError, ValueError):
-                version = max(having)
-        known = {v for versions in self.signatures.get(name, {}).values() for v in versions}
-        if version not in policy_versions(model, frozenset(known)):  # not served at all
+            # As TF Serving: the latest version must have the signature. The request then
+            # goes to the signature's latest, not to a number: while versions roll over,
+            # the model and its signature's model change versions at different moments.
+            if not known or max(known) not in having:
+                raise SignatureMissing(signature)
+        elif version not in known:
             raise missing(name, version)
-        if version not in having:
+        elif version not in having:
             raise SignatureMissing(signature)
         target = repository_name(name, signature)
         try:

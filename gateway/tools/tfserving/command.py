@@ -78,6 +78,17 @@ def _check_labels(serving: TfServing) -> None:
                 )
 
 
+def _at_top(path: Path) -> bool:
+    parent = path.absolute().parent
+    return parent == Path(parent.anchor)
+
+
+def _beside(base_path: Path) -> Path:
+    """Where a reload may name base paths: the directory holding this one, or this one
+    when that directory is the filesystem's root."""
+    return base_path.absolute() if _at_top(base_path) else base_path.absolute().parent
+
+
 def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOptions:
     models = _models(args, environ)
     if args.batching_parameters_file and not args.enable_batching:
@@ -87,9 +98,10 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
         path = args.batching_parameters_file
         batching = read_batching(Path(path)) if path else Batching()
     labels = args.allow_version_labels_for_unavailable_models
-    # A reload by request may name base paths beside the start's (reload.py).
-    roots = {m.base_path.absolute().parent for m in models.values()}
-    if args.model_config_file:
+    # A reload by request may name base paths beside the start's (reload.py), never
+    # anywhere on the machine: a base path or config file at the top has no "beside".
+    roots = {_beside(m.base_path) for m in models.values()}
+    if args.model_config_file and not _at_top(Path(args.model_config_file)):
         roots.add(Path(args.model_config_file).absolute().parent)
     serving = TfServing(models, batching=batching, labels_for_unavailable=labels,
                         method_check=args.enable_signature_method_name_check,

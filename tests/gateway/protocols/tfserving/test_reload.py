@@ -1,16 +1,20 @@
-"""The pure parts of TF Serving's reloads (reload.py): which versions a policy serves,
-and where a reload by request may find base paths."""
+"""TF Serving's reloads (reload.py): which versions a policy serves, where a reload by
+request may find base paths, and what a poll loads and unloads, against a core that
+records what it is asked."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
 import pytest
 
+from accel_base.errors import Unavailable
 from gateway.protocols.tfserving.errors import TfsError
 from gateway.protocols.tfserving.reload import Reloader
 from gateway.protocols.tfserving.served import TfModel, TfServing, policy_versions
+from gateway.tools.tfserving.command import _beside
 
 
 @pytest.mark.parametrize(
@@ -38,3 +42,101 @@ def test_a_reload_may_name_base_paths_only_inside_the_start_s_roots(tmp_path) ->
         with pytest.raises(TfsError) as refused:
             reloader.check_roots({"x": TfModel("x", base)})
         assert refused.value.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+def _save(base: Path, version: int, *signatures: str) -> None:
+    """A version whose saved_model.pb declares these signatures (nothing else: the
+    reloader reads only their names)."""
+    from accel_base.proto.tfserving.tensorflow.core.protobuf import saved_model_pb2
+
+    model = saved_model_pb2.SavedModel()
+    graph = model.meta_graphs.add()
+    graph.meta_info_def.tags.append("serve")
+    for name in signatures:
+        graph.signature_def[name].method_name = "tensorflow/serving/predict"
+    (base / str(version)).mkdir(parents=True)
+    (base / str(version) / "saved_model.pb").write_bytes(model.SerializeToString())
+
+
+class RecordingCore:
+    """What the reloader asks of the core, recorded; `failing` models fail to load."""
+
+    def __init__(self, loaded: set[str], failing: set[str] = frozenset()) -> None:
+        self.loaded, self.failing = set(loaded), set(failing)
+        self.mounts: dict = {}
+        self.calls: list[tuple[str, str]] = []
+
+    async def loaded_models(self) -> list[str]:
+        return sorted(self.loaded)
+
+    async def set_mounts(self, mounts: dict) -> None:
+        for name, mount in mounts.items():
+            if mount is None:
+                self.mounts.pop(name, None)
+            else:
+                self.mounts[name] = mount
+
+    async def load_model(self, name: str, config: object) -> None:
+        self.calls.append(("load", name))
+        if name in self.failing:
+            raise Unavailable(f"failed to load '{name}'")
+        self.loaded.add(name)
+
+    async def unload_model(self, name: str, config: object) -> None:
+        self.calls.append(("unload", name))
+        self.loaded.discard(name)
+
+
+def _polled(tmp_path: Path, core: RecordingCore) -> tuple[Reloader, TfServing, Path]:
+    base = tmp_path / "m"
+    _save(base, 1, "serving_default", "old", "kept")
+    tfs = TfServing({"m": TfModel("m", base)})
+    tfs.signatures.update(tfs.discover_signatures())
+    core.mounts.update(tfs.mounts())
+    return Reloader(core, tfs), tfs, base  # type: ignore[arg-type]
+
+
+def test_a_new_version_loads_the_model_then_its_loaded_signatures(tmp_path) -> None:
+    core = RecordingCore({"m", "m:old", "m:kept"})
+    reloader, tfs, base = _polled(tmp_path, core)
+    asyncio.run(reloader.poll_versions())  # nothing new: nothing loads
+    assert core.calls == []
+    _save(base, 2, "serving_default", "kept", "new")
+    asyncio.run(reloader.poll_versions())
+    # `old` only version 1 has, which the latest policy no longer serves: unloaded
+    # after the model and `kept` loaded again; `new` loads on its first request.
+    assert core.calls == [("load", "m"), ("load", "m:kept"), ("unload", "m:old")]
+    assert tfs.signatures["m"] == {"kept": [2], "new": [2], "serving_default": [2]}
+    assert sorted(core.mounts) == ["m", "m:kept", "m:new"]
+    core.calls.clear()
+    asyncio.run(reloader.poll_versions())  # the same directories: parsed once, no load
+    assert core.calls == []
+
+
+def test_a_failed_load_leaves_the_signatures_of_the_versions_serving(tmp_path) -> None:
+    core = RecordingCore({"m", "m:old", "m:kept"}, failing={"m"})
+    reloader, tfs, base = _polled(tmp_path, core)
+    _save(base, 2, "serving_default", "old")
+    with pytest.raises(TfsError):  # (the poll logs it and goes on)
+        asyncio.run(reloader.poll_versions())
+    assert core.calls == [("load", "m"), ("load", "m:old")]  # every load tried
+    # Version 1 serves on (the repository keeps it), and with it `kept`.
+    assert tfs.signatures["m"] == {"kept": [1], "old": [1], "serving_default": [1]}
+    assert core.loaded == {"m", "m:old", "m:kept"}
+
+
+def test_a_version_still_being_written_is_looked_at_again(tmp_path) -> None:
+    core = RecordingCore({"m"})
+    reloader, tfs, base = _polled(tmp_path, core)
+    (base / "2").mkdir()  # its saved_model.pb not there yet
+    asyncio.run(reloader.poll_versions())
+    assert core.calls == []
+    (base / "2" / "saved_model.pb").write_bytes((base / "1" / "saved_model.pb").read_bytes())
+    asyncio.run(reloader.poll_versions())
+    assert core.calls[0] == ("load", "m")
+    assert tfs.signatures["m"]["serving_default"] == [2]
+
+
+def test_base_paths_at_the_top_are_not_beside_anything() -> None:
+    assert _beside(Path("/models/m")) == Path("/models")
+    assert _beside(Path("/m")) == Path("/m")  # never the whole machine

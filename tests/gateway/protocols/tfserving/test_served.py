@@ -10,7 +10,12 @@ import pytest
 
 from accel_base.errors import NotFound
 from gateway.protocols.tfserving.errors import TfsError
-from gateway.protocols.tfserving.served import SignatureMissing, TfModel, TfServing
+from gateway.protocols.tfserving.served import (
+    SignatureMissing,
+    TfModel,
+    TfServing,
+    served_signatures,
+)
 from gateway.protocols.tfserving.status import version_states
 
 
@@ -56,8 +61,11 @@ def test_another_signature_is_its_own_model_loaded_on_first_use() -> None:
     # The latest version (2) lacks it: as TF Serving, the signature is not found.
     with pytest.raises(SignatureMissing):
         _resolve(core, signature="other")
-    # With serving_default not ready, the latest version that has the signature.
-    assert _resolve(Core({}, []), signature="other") == ("m:other", 1)
+    # When the latest has it: the signature's model at its own latest, by no number
+    # (while versions roll over, the two models change versions at different moments).
+    both = TfServing({"m": TfModel("m", Path("/models/m"))},
+                     signatures={"m": {"serving_default": [2], "other": [2]}})  # fmt: skip
+    assert asyncio.run(both.resolve(Core({}, []), "m", None, "", "other")) == ("m:other", None)
 
 
 @pytest.mark.parametrize(
@@ -95,8 +103,9 @@ def test_version_states_newest_first_with_failures_ended() -> None:
 
 
 def test_a_version_the_policy_does_not_serve_is_not_found_whatever_the_signature() -> None:
-    latest = TfServing({"m": TfModel("m", Path("/models/m"))},
-                       signatures={"m": {"serving_default": [1, 2], "other": [1]}})  # fmt: skip
+    model = TfModel("m", Path("/models/m"))
+    on_disk = {"serving_default": [1, 2], "other": [1]}
+    latest = TfServing({"m": model}, signatures={"m": served_signatures(model, on_disk)})
     core = Core({"m": [2]}, [])
     for version in (1, 9):  # 1 is on disk, but the latest policy serves 2 alone
         with pytest.raises(TfsError) as refused:
@@ -105,3 +114,16 @@ def test_a_version_the_policy_does_not_serve_is_not_found_whatever_the_signature
     # A served version that lacks the signature: the signature is what is missing.
     with pytest.raises(SignatureMissing):
         asyncio.run(_serving().resolve(Core({"m": [1, 2]}, []), "m", 2, "", "other"))
+
+
+def test_served_signatures_are_those_of_the_versions_the_policy_serves() -> None:
+    on_disk = {"serving_default": [1, 2, 3], "old": [1], "new": [3], "mid": [2, 3]}
+    latest = TfModel("m", Path("/m"))
+    assert served_signatures(latest, on_disk) == {
+        "serving_default": [3], "new": [3], "mid": [3]}  # fmt: skip
+    two = TfModel("m", Path("/m"), {"latest": {"num_versions": 2}})
+    assert served_signatures(two, on_disk) == {
+        "serving_default": [2, 3], "new": [3], "mid": [2, 3]}  # fmt: skip
+    specific = TfModel("m", Path("/m"), {"specific": {"versions": [1, 9]}})
+    assert served_signatures(specific, on_disk) == {"serving_default": [1], "old": [1]}
+    assert served_signatures(TfModel("m", Path("/m"), {"all": {}}), on_disk) == on_disk
