@@ -24,7 +24,7 @@ from gateway.listeners import Listeners, check_ports_free, listen, uvicorn_serve
 from gateway.operation.drain import DEFAULT_DRAIN_SECONDS, UNLOAD_MARGIN_S, start_exit_watchdog
 from gateway.operation.limits import ConnectionLimits
 from gateway.operation.log_settings import LogSettings
-from gateway.operation.metrics import create_metrics_app
+from gateway.operation.metrics import create_metrics_app, render
 from gateway.operation.security import (
     ConfigError,
     TLSFiles,
@@ -180,7 +180,10 @@ class Gateway:
         self.listeners: Listeners | None = None  # HTTP and gRPC, when this process serves them
         self.fronts: FrontSupervisor | None = None  # else the front processes that do
         self.metrics: Any = None
-        self.side = SideServers(side_fronts(options), options.side_host or options.host)
+        self.side = SideServers(
+            side_fronts(options, lambda: render(self.repository, fronts=self.fronts)),
+            options.side_host or options.host,
+        )
 
     async def start(self) -> None:
         options = self.options

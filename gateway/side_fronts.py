@@ -100,9 +100,12 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
     return fronts
 
 
-def _tfserving_fronts(tfs: TfServingOptions, options: Any) -> list[SideFront]:
+def _tfserving_fronts(
+    tfs: TfServingOptions, options: Any, metrics_text: Callable[[], str]
+) -> list[SideFront]:
     """TF Serving's fronts share its models and one Reloader, whose polling runs beside
-    the first front."""
+    the first front; its REST front may serve a Prometheus page, with `metrics_text`
+    (the gateway's own metrics) after TF Serving's."""
     shared: dict[str, Reloader] = {}
 
     def reloader(core: Core) -> Reloader:
@@ -122,7 +125,9 @@ def _tfserving_fronts(tfs: TfServingOptions, options: Any) -> list[SideFront]:
         fronts.append(SideFront(
             "TF Serving REST", "API (/v1/models)", tfs.rest_port,
             lambda core, o: create_rest_app(
-                core, tfs.serving, o.max_body_bytes, tfs.rest_timeout_s), tls=True,
+                core, tfs.serving, o.max_body_bytes, tfs.rest_timeout_s,
+                (tfs.prometheus_path, metrics_text) if tfs.prometheus_path else None),
+            tls=True,
             after_loads=True,
         ))  # fmt: skip
     if fronts:
@@ -131,8 +136,9 @@ def _tfserving_fronts(tfs: TfServingOptions, options: Any) -> list[SideFront]:
     return fronts
 
 
-def side_fronts(options: Any) -> list[SideFront]:
-    """The side fronts `options` (ServerOptions) turn on."""
+def side_fronts(options: Any, metrics_text: Callable[[], str] = lambda: "") -> list[SideFront]:
+    """The side fronts `options` (ServerOptions) turn on; `metrics_text`: the gateway's
+    metrics page, for fronts that serve one of their own."""
     fronts = []
     if options.sagemaker_port is not None:
         fronts.append(SideFront(
@@ -142,7 +148,7 @@ def side_fronts(options: Any) -> list[SideFront]:
     if options.torchserve is not None:
         fronts += _torchserve_fronts(options.torchserve, options)
     if options.tfserving is not None:
-        fronts += _tfserving_fronts(options.tfserving, options)
+        fronts += _tfserving_fronts(options.tfserving, options, metrics_text)
     return fronts
 
 

@@ -42,7 +42,10 @@ def served(bases, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tfs-server")
     config = model_config_file(tmp / "models.config", bases, policies={"digits": "all {}"},
                                labels={"digits": {"stable": 1, "canary": 2}})  # fmt: skip
-    server, url, grpc_port = start_tfserving(tmp, "digits", f"--model_config_file={config}")
+    monitoring = tmp / "monitoring.config"
+    monitoring.write_text('prometheus_config { enable: true path: "/monitoring/page" }')
+    server, url, grpc_port = start_tfserving(tmp, "digits", f"--model_config_file={config}",
+                                             f"--monitoring_config_file={monitoring}")  # fmt: skip
     yield httpx.Client(base_url=url, timeout=60), grpc_port
     server.terminate()
     server.wait(60)
@@ -236,3 +239,28 @@ def test_grpc_status_and_metadata(stub) -> None:
     assert metadata.metadata["signature_def"].Unpack(defs)
     assert sorted(defs.signature_def) == ["reverse", "serving_default"]
     assert defs.signature_def["reverse"].outputs["reversed"].dtype == tf.string.as_datatype_enum
+
+
+def _samples(rest: httpx.Client) -> dict[str, float]:
+    page = rest.get("/monitoring/page")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
+    lines = [line for line in page.text.splitlines() if line and not line.startswith("#")]
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines}
+
+
+def test_tf_serving_s_metrics_on_its_prometheus_page_beside_ours(rest, stub) -> None:
+    ok = ':tensorflow:serving:request_count{model_name="digits",status="OK"}'
+    missing = ':tensorflow:serving:request_count{model_name="nope",status="NOT_FOUND"}'
+    before = _samples(rest)
+    rows = held_out()[0][:2].tolist()
+    assert rest.post("/v1/models/digits:predict", json={"instances": rows}).status_code == 200
+    stub[0].Predict(_pixels_request(held_out()[0][:1]), 30)
+    assert rest.post("/v1/models/nope:predict", json={"instances": rows}).status_code == 404
+    after = _samples(rest)
+    assert after[ok] - before.get(ok, 0) == 2 and after[missing] - before.get(missing, 0) == 1
+    for api, entrypoint in (("predict", "REST"), ("Predict", "GRPC")):
+        labels = f'model_name="digits",API="{api}",entrypoint="{entrypoint}"'
+        assert after[f":tensorflow:serving:request_latency_count{{{labels}}}"] >= 1
+        assert f':tensorflow:serving:request_latency_bucket{{{labels},le="+Inf"}}' in after
+    assert any(name.startswith("nv_inference_request_success") for name in after)  # ours
+    assert rest.get("/monitoring/prometheus/metrics").status_code == 404  # not the default

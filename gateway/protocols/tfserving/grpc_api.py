@@ -12,6 +12,8 @@ Errors carry TF Serving's codes and words (errors.py).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,20 +109,34 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.core, self.tfs, self.max_bytes = core, tfs, max_bytes
         self.methods = Methods(core, tfs, max_bytes)
 
-    async def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
+    async def _counted(self, api: str, request: Any, context: Any,
+                       answer: Callable[[], Awaitable[Any]]) -> Any:  # fmt: skip
+        """`answer()`'s response, or its error as the call's status; counted in TF
+        Serving's metrics (monitoring.py) as its `api`."""
+        start = time.perf_counter()
         try:
-            return await self._predict(request)
-        except SignatureMissing as exc:  # over gRPC, as TF Serving: a failed precondition
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f'Serving signature key "{exc.signature}" not found.')  # fmt: skip
+            response = await answer()
         except (TfsError, GatewayError) as exc:
-            await _abort(context, exc)
+            error = from_gateway(exc) if isinstance(exc, GatewayError) else exc
+            self.tfs.metrics.record(request.model_spec.name, error.code.name)
+            await context.abort(error.code, error.message)
+            return None
+        micros = int((time.perf_counter() - start) * 1e6)
+        self.tfs.metrics.record(request.model_spec.name, "OK", api, "GRPC", micros)
+        return response
+
+    async def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
+        return await self._counted("Predict", request, context, lambda: self._predict(request))
 
     async def _predict(self, request: Any) -> Any:
         self.core.shedder.check()
         name, version, label = _spec(request)
         signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
-        served = await self.tfs.served(self.core, name, version, label, signature)
+        try:
+            served = await self.tfs.served(self.core, name, version, label, signature)
+        except SignatureMissing as exc:  # over gRPC, as TF Serving: a failed precondition
+            message = f'Serving signature key "{exc.signature}" not found.'
+            raise TfsError(grpc.StatusCode.FAILED_PRECONDITION, message) from None
         await self.methods.check_predict(served, signature)
         _check_inputs(list(request.inputs), list(served.inputs))
         tensors = []
@@ -159,16 +175,17 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             await _abort(context, exc)
 
     async def Classify(self, request: Any, context: Any) -> Any:  # noqa: N802
-        try:
-            return await self.methods.classify(request, self._spec(request))
-        except (TfsError, GatewayError) as exc:
-            await _abort(context, exc)
+        return await self._counted(
+            "Classify",
+            request,
+            context,
+            lambda: self.methods.classify(request, self._spec(request)),
+        )
 
     async def Regress(self, request: Any, context: Any) -> Any:  # noqa: N802
-        try:
-            return await self.methods.regress(request, self._spec(request))
-        except (TfsError, GatewayError) as exc:
-            await _abort(context, exc)
+        return await self._counted(
+            "Regress", request, context, lambda: self.methods.regress(request, self._spec(request))
+        )
 
     def _spec(self, request: Any) -> Spec:
         self.core.shedder.check()

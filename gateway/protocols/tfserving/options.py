@@ -17,6 +17,7 @@ class TfServingOptions:
     rest_port: int | None = None
     rest_timeout_s: float = 30.0  # --rest_api_timeout_in_ms
     polling: Polling = Polling(versions_s=0)  # what to look at again while serving
+    prometheus_path: str | None = None  # where REST serves the metrics page (None: not)
 
     @classmethod
     def for_repository(

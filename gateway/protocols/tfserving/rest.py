@@ -16,6 +16,8 @@ import asyncio
 import json
 import logging
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -112,12 +114,16 @@ async def classify_or_regress(
 
 
 def create_rest_app(
-    core: Core, tfs: TfServing, max_body_bytes: int, timeout_s: float = 30.0
-) -> ASGIApp:
-    """`timeout_s`: how long a prediction may take (--rest_api_timeout_in_ms)."""
+    core: Core, tfs: TfServing, max_body_bytes: int, timeout_s: float = 30.0,
+    metrics_page: tuple[str, Callable[[], str]] | None = None,
+) -> ASGIApp:  # fmt: skip
+    """`timeout_s`: how long a prediction may take (--rest_api_timeout_in_ms);
+    `metrics_page`: where to serve the Prometheus page, and the gateway's own metrics to
+    write on it after TF Serving's (monitoring.py)."""
     methods = Methods(core, tfs, max_body_bytes)
 
-    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+    async def route(scope: Scope, receive: Receive, send: Send, asked: list[str]) -> None:
+        """`asked`: filled with the model named and the URL's verb, for the metrics."""
         path, method = scope["path"], scope["method"]
         if not path.lower().startswith("/v1/"):
             raise not_found(f"no such path: {path}; TF Serving's API is under /v1/models")
@@ -130,6 +136,7 @@ def create_rest_app(
         if match["metadata"] and match["metadata"] != "metadata":
             raise malformed
         name, label, version = match["name"], match["label"] or "", None
+        asked[:] = [name, match["verb"] or ""]
         if match["version"]:
             if len(match["version"]) > 19 or int(match["version"]) > _INT64_MAX:
                 raise invalid(f"Failed to convert version: {match['version']} to numeric.")
@@ -162,15 +169,26 @@ def create_rest_app(
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        if metrics_page is not None and scope["path"] == metrics_page[0]:
+            page = tfs.metrics.render() + metrics_page[1]()
+            await respond(send, 200, page.encode(), [(b"content-type", b"text/plain")])
+            return
+        start = time.perf_counter()
+        asked = ["", ""]
         try:
-            await route(scope, receive, send)
+            await route(scope, receive, send, asked)
         except TfsError as exc:
-            await _reply(send, exc.http_status, {"error": exc.message})
+            error = exc
         except GatewayError as exc:
             error = from_gateway(exc)
-            await _reply(send, error.http_status, {"error": error.message})
         except Exception as exc:  # a bug of ours: the client still gets an answer
             log.exception("TF Serving REST request failed")
-            await _reply(send, 500, {"error": f"internal error: {type(exc).__name__}"})
+            error = TfsError(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+        else:
+            micros = int((time.perf_counter() - start) * 1e6)
+            tfs.metrics.record(asked[0], "OK", asked[1], "REST", micros)
+            return
+        tfs.metrics.record(asked[0], error.code.name)
+        await _reply(send, error.http_status, {"error": error.message})
 
     return app

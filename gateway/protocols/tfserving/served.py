@@ -26,6 +26,7 @@ from backends.tfserving.signatures import signature_versions
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.interface import Core, Mounted
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
+from gateway.protocols.tfserving.monitoring import RequestMetrics
 
 DEFAULT_SIGNATURE = "serving_default"
 # A name's characters that would not survive a URL path segment or the repository.
@@ -167,6 +168,7 @@ class TfServing:
     reload_roots: tuple[Path, ...] = ()
     # Each version's SignatureDefs, once read (a version's files do not change under it).
     signature_defs: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)  # (its Prometheus page)
 
     def discover_signatures(self) -> dict[str, dict[str, list[int]]]:
         """Each model's served signatures, as the versions on disk declare them now."""

@@ -31,6 +31,7 @@ from accel_base.version_dirs import available_versions
 from gateway import __version__
 from gateway.arguments import distinct_ports
 from gateway.operation.log_settings import LogSettings
+from gateway.protocols.tfserving.monitoring import read_monitoring_config
 from gateway.protocols.tfserving.options import TfServingOptions
 from gateway.protocols.tfserving.reload import Polling
 from gateway.protocols.tfserving.served import Batching, TfModel, TfServing
@@ -122,7 +123,14 @@ def _options(args: argparse.Namespace, environ: dict[str, str]) -> TfServingOpti
         config_s=max(args.model_config_file_poll_wait_seconds, 0) if config_file else 0,
         read_config=(lambda: read_models(config_file)) if config_file else None,
     )
-    return TfServingOptions(serving, args.port, rest, args.rest_api_timeout_in_ms / 1000, polling)
+    prometheus = None
+    if args.monitoring_config_file:
+        prometheus = read_monitoring_config(Path(args.monitoring_config_file))
+        if prometheus and rest is None:  # as TF Serving: the page is the REST server's
+            log.warning("--monitoring_config_file: the Prometheus page is served on the "
+                        "REST port, and --rest_api_port is not given")  # fmt: skip
+    return TfServingOptions(serving, args.port, rest, args.rest_api_timeout_in_ms / 1000,
+                            polling, prometheus)  # fmt: skip
 
 
 def _warn_unserved(args: argparse.Namespace, serving: TfServing) -> None:
@@ -137,8 +145,6 @@ def _warn_unserved(args: argparse.Namespace, serving: TfServing) -> None:
 # Flags of TF Serving's that change what it serves, which are not served here yet:
 # refused by name rather than ignored.
 NOT_YET = {
-    "monitoring_config_file": "TF Serving's Prometheus path is not served yet; the "
-    "gateway's metrics are on --v2_metrics_port",
     "ssl_config_file": "TLS from an SSLConfig is not served yet",
 }
 

@@ -45,8 +45,10 @@ def test_flags_are_spelled_as_tf_serving_s() -> None:
 def test_unknown_and_unserved_flags_are_refused_by_name(tmp_path) -> None:
     unknown = _run("--model_base_path=/m", "--no_such_flag=1", cwd=tmp_path)
     assert unknown.returncode == 2 and "--no_such_flag" in unknown.stderr
+    ssl = _run("--model_base_path=/m", "--ssl_config_file=x", cwd=tmp_path)
+    assert ssl.returncode == 2 and "--ssl_config_file" in ssl.stderr
     monitoring = _run("--model_base_path=/m", "--monitoring_config_file=x", cwd=tmp_path)
-    assert monitoring.returncode == 2 and "--monitoring_config_file" in monitoring.stderr
+    assert monitoring.returncode == 2 and "--monitoring_config_file x:" in monitoring.stderr
     neither = _run(cwd=tmp_path)
     assert neither.returncode == 2 and "--model_base_path" in neither.stderr
     batching = _run("--model_base_path=/m", "--batching_parameters_file=b", cwd=tmp_path)
