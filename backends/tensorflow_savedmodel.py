@@ -95,8 +95,8 @@ def _spec(name: str, spec: tf.TensorSpec, model: str) -> TensorSpec:
             f"model '{model}': tensor '{name}' has TensorFlow dtype {spec.dtype.name}, "
             "which has no V2 datatype"
         )
-    if spec.shape.rank is None:
-        raise BackendUnavailable(f"model '{model}': tensor '{name}' has an unknown rank")
+    if spec.shape.rank is None:  # a config has no "any rank": served as one dimension
+        return TensorSpec(name, datatype, (-1,))
     return TensorSpec(name, datatype, tuple(-1 if d is None else d for d in spec.shape.as_list()))
 
 

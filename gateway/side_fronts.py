@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.core.interface import Core
 from gateway.listeners import listen, uvicorn_server
+from gateway.operation.security import TLSFiles
 from gateway.protocols.grpc.h2.server import H2Server
 from gateway.protocols.grpc.listener import h2_server
 from gateway.protocols.http.sagemaker import create_sagemaker_app
@@ -55,6 +56,8 @@ class SideFront:
     after_loads: bool = False
     # A task that runs while the front serves (TF Serving's polling), cancelled at stop.
     background: Callable[[Core], Coroutine[Any, Any, None]] | None = None
+    # TLS files of its own (TF Serving's --ssl_config_file), in place of the server's.
+    tls_files: TLSFiles | None = None
 
 
 def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
@@ -119,7 +122,7 @@ def _tfserving_fronts(
             "TF Serving gRPC", "PredictionService and ModelService", tfs.grpc_port,
             lambda core, server: add_tfserving_services(
                 server, core, tfs.serving, options.max_body_bytes, reloader(core)),
-            grpc=True, tls=True, after_loads=True,
+            grpc=True, tls=True, after_loads=True, tls_files=tfs.grpc_tls,
         ))  # fmt: skip
     if tfs.rest_port is not None:
         fronts.append(SideFront(
@@ -186,7 +189,8 @@ class SideServers:
             if front.after_loads != after_loads:
                 continue
             # A context of its own each: the gRPC server sets its ALPN on it.
-            context = options.tls.ssl_context() if front.tls and options.tls else None
+            files = front.tls_files or (options.tls if front.tls else None)
+            context = files.ssl_context() if files else None
             if front.grpc:
                 server = h2_server(options)
                 front.make(core, server)

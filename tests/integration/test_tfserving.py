@@ -105,6 +105,11 @@ def test_strings_in_text_and_b64_and_other_signatures(rest) -> None:
     reversed_ = rest.post("/v1/models/strings:predict",
                           json={"signature_name": "reverse", "inputs": ["abc"]}).json()  # fmt: skip
     assert reversed_ == {"outputs": ["cba"]}
+    # A column for a [-1] input runs, and answers in its shape, as TF Serving's session
+    # would have taken it (shapes.py).
+    column = rest.post("/v1/models/strings:predict",
+                       json={"inputs": {"text": [["abc"], ["de"]]}}).json()  # fmt: skip
+    assert column == {"outputs": {"upper": [["ABC"], ["DE"]], "length": [[3], [2]]}}
 
 
 def test_bad_requests_get_tf_serving_s_4xx(rest) -> None:

@@ -5,6 +5,7 @@ of a repository."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.protocols.tfserving.reload import Polling
 from gateway.protocols.tfserving.served import TfServing
@@ -18,6 +19,9 @@ class TfServingOptions:
     rest_timeout_s: float = 30.0  # --rest_api_timeout_in_ms
     polling: Polling = Polling(versions_s=0)  # what to look at again while serving
     prometheus_path: str | None = None  # where REST serves the metrics page (None: not)
+    # The gRPC port's own TLS files (--ssl_config_file; gateway/operation/security.py's
+    # TLSFiles, which this layer does not import).
+    grpc_tls: Any = None
 
     @classmethod
     def for_repository(

@@ -27,6 +27,7 @@ from gateway.core.inference import InferRequest, InferResponse, RequestedOutput,
 from gateway.core.interface import Core, Mounted
 from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid, not_found
 from gateway.protocols.tfserving.monitoring import RequestMetrics
+from gateway.protocols.tfserving.shapes import fitted
 
 DEFAULT_SIGNATURE = "serving_default"
 # A name's characters that would not survive a URL path segment or the repository.
@@ -133,19 +134,32 @@ class Served:
     version: int | None  # None: the latest
     inputs: dict[str, str]
     outputs: dict[str, str]
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # each input's, -1: any
 
     @property
     def number(self) -> str:
         return "" if self.version is None else str(self.version)
 
     async def run(self, core: Core, inputs: list[Tensor], outputs: list[str]) -> InferResponse:
-        """The signature on these inputs, answering `outputs`."""
+        """The signature on these inputs, answering `outputs`; inputs fitted to their
+        declared shapes as TF Serving would have taken them (shapes.py)."""
+        given: dict[tuple[int, ...], tuple[int, ...]] = {}  # fitted shape -> the request's
+        for i, tensor in enumerate(inputs):
+            declared = self.shapes.get(tensor.name)
+            shape = None if declared is None else fitted(tensor.shape, declared)
+            if shape is not None and shape != tensor.shape:
+                given[shape] = tensor.shape
+                inputs[i] = Tensor(tensor.name, tensor.datatype, tensor.data.reshape(shape))
         request = InferRequest(model_name=self.model, model_version=self.number, inputs=inputs,
                                outputs=[RequestedOutput(o) for o in outputs])  # fmt: skip
         try:
-            return await core.infer(request)
+            response = await core.infer(request)
         except NotFound:  # unloaded since it was resolved
             raise missing(self.name, self.version) from None
+        for tensor in response.outputs if given else ():
+            if tensor.shape in given:
+                tensor.data = tensor.data.reshape(given[tensor.shape])
+        return response
 
 
 @dataclass
@@ -227,7 +241,8 @@ class TfServing:
             raise missing(name, resolved) from None
         inputs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
         outputs = {t["name"]: t["datatype"] for t in metadata["outputs"]}
-        return Served(name, model, resolved, inputs, outputs)
+        shapes = {t["name"]: [int(d) for d in t["shape"]] for t in metadata["inputs"]}
+        return Served(name, model, resolved, inputs, outputs, shapes)
 
     async def resolve(
         self, core: Core, name: str, version: int | None, label: str, signature: str

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from accel_base.version_dirs import available_versions
@@ -37,6 +38,7 @@ from gateway.protocols.tfserving.reload import Polling
 from gateway.protocols.tfserving.served import Batching, TfModel, TfServing
 from gateway.tools.tfserving.flags import IGNORED, add_flags
 from gateway.tools.tfserving.model_config import ConfigFileError, read_batching, read_models
+from gateway.tools.tfserving.ssl_config import read_ssl_config
 
 log = logging.getLogger("accel_gateway")
 
@@ -142,13 +144,6 @@ def _warn_unserved(args: argparse.Namespace, serving: TfServing) -> None:
                     "only (a missing model is not waited for)")  # fmt: skip
 
 
-# Flags of TF Serving's that change what it serves, which are not served here yet:
-# refused by name rather than ignored.
-NOT_YET = {
-    "ssl_config_file": "TLS from an SSLConfig is not served yet",
-}
-
-
 def run(args: argparse.Namespace) -> int:
     from gateway.run import run_gateway
     from gateway.server import ServerOptions
@@ -156,10 +151,6 @@ def run(args: argparse.Namespace) -> int:
     if args.version:
         print(f"TensorFlow ModelServer: accel-gateway {__version__}")
         return 0
-    for flag, why in NOT_YET.items():
-        if getattr(args, flag):
-            print(f"accel-gateway tensorflow-model-server: --{flag}: {why}", file=sys.stderr)
-            return 2
     ignored = [f"--{flag}" for flag in IGNORED if getattr(args, flag) is not None]
     if ignored:
         print("accel-gateway tensorflow-model-server: these flags tune TF Serving's own "
@@ -174,6 +165,14 @@ def run(args: argparse.Namespace) -> int:
     _warn_unserved(args, tfs.serving)
     # The repository holds nothing of its own: every model is a mount.
     repository = Path(tempfile.mkdtemp(prefix="accel-gateway-tfs-"))
+    try:
+        if args.ssl_config_file:  # (its PEM text written where only this server reads)
+            tls = read_ssl_config(Path(args.ssl_config_file), repository.with_suffix(".tls"))
+            tfs = replace(tfs, grpc_tls=tls)
+    except ConfigFileError as exc:
+        print(f"accel-gateway tensorflow-model-server: {exc}", file=sys.stderr)
+        _remove(repository)
+        return 2
     options = ServerOptions(
         model_repository=repository, host="127.0.0.1", http_port=args.v2_http_port,
         grpc_port=args.v2_grpc_port, metrics_port=args.v2_metrics_port,
@@ -184,4 +183,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         return run_gateway(options, "accel-gateway tensorflow-model-server")
     finally:
-        shutil.rmtree(repository, ignore_errors=True)
+        _remove(repository)
+
+
+def _remove(repository: Path) -> None:
+    shutil.rmtree(repository, ignore_errors=True)
+    shutil.rmtree(repository.with_suffix(".tls"), ignore_errors=True)

@@ -1,0 +1,55 @@
+"""`--ssl_config_file`: TF Serving's gRPC port over TLS with client certificates, its
+REST port plain, as TF Serving serves them; the unmodified tensorflow-serving-api stubs
+over a secure channel."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import trustme
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("tensorflow_serving.apis.model_service_pb2_grpc")
+
+from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc  # noqa: E402
+
+from models.tfserving.savedmodels import build_strings  # noqa: E402
+from tests.integration.tfserving_server import start_tfserving  # noqa: E402
+
+
+def _status(port: int, ca: trustme.CA, client: trustme.LeafCert | None):
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=ca.cert_pem.bytes(),
+        private_key=client.private_key_pem.bytes() if client else None,
+        certificate_chain=b"".join(p.bytes() for p in client.cert_chain_pems) if client else None,
+    )
+    with grpc.secure_channel(f"localhost:{port}", credentials) as channel:
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "m"})
+        return stub.GetModelStatus(request, timeout=30)
+
+
+def test_grpc_serves_tls_from_an_ssl_config_and_rest_stays_plain(tmp_path) -> None:
+    ca, client_ca = trustme.CA(), trustme.CA()
+    server_cert = ca.issue_cert("localhost", "127.0.0.1")
+    chain = "".join(p.bytes().decode() for p in server_cert.cert_chain_pems)
+    config = tmp_path / "ssl.config"
+    config.write_text(
+        f"server_key: {server_cert.private_key_pem.bytes().decode()!r}\n"
+        f"server_cert: {chain!r}\n"
+        f"custom_ca: {client_ca.cert_pem.bytes().decode()!r}\nclient_verify: true\n"
+    )
+    base = build_strings(tmp_path / "models" / "m", 1)
+    # (start_tfserving waits on the REST port, in plain HTTP)
+    flags = ("--model_name=m", f"--model_base_path={base}", f"--ssl_config_file={config}")
+    server, _, port = start_tfserving(tmp_path, "m", *flags)
+    try:
+        answer = _status(port, ca, client_ca.issue_cert("client.example"))
+        assert [s.version for s in answer.model_version_status] == [1]
+        for stranger in (None, ca.issue_cert("stranger.example")):  # none, or not the CA's
+            with pytest.raises(grpc.RpcError) as refused:
+                _status(port, ca, stranger)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.terminate()
+        server.wait(60)
