@@ -112,15 +112,20 @@ class Listeners:
         self.http: _Uvicorn | None = None
         self._http_socket: socket.socket | None = None
         self._task: asyncio.Task | None = None
+        # The ports bound (the options' 0: the one the system chose).
+        self.http_port, self.grpc_port = options.http_port, options.grpc_port
 
     def bind(self) -> None:
         options = self.options
         self._http_socket = listen(options.host, options.http_port, "HTTP", self.reuse_port)
+        self.http_port = self._http_socket.getsockname()[1]
         try:
             if options.grpc_server == "grpcio":
                 self.grpc = GrpcioGrpc(self.core, options, self.grpc_address, self.reuse_port)
+                self.grpc_port = self.grpc.port
             else:
                 sock = listen(options.host, options.grpc_port, "gRPC", self.reuse_port)
+                self.grpc_port = sock.getsockname()[1]
                 self.grpc = GatewayGrpc(self.core, options, sock)
         except OSError:
             self._http_socket.close()

@@ -180,6 +180,7 @@ class Gateway:
         self.listeners: Listeners | None = None  # HTTP and gRPC, when this process serves them
         self.fronts: FrontSupervisor | None = None  # else the front processes that do
         self.metrics: Any = None
+        self.metrics_port = options.metrics_port  # the one bound, once start() has
         self.side = SideServers(
             side_fronts(options, lambda: render(self.repository, fronts=self.fronts)),
             options.side_host or options.host,
@@ -197,6 +198,7 @@ class Gateway:
         context = options.tls.ssl_context() if options.tls else None
         # Bind every port before starting anything, so a port in use is one clear error.
         metrics_socket = listen(options.host, options.metrics_port, "metrics")
+        self.metrics_port = metrics_socket.getsockname()[1]
         try:
             self.side.bind()
             if options.workers == 1:
@@ -232,16 +234,17 @@ class Gateway:
         self.core.started = True
         await self._set_serving(True)
         ready = sorted({m.name for m in self.repository.ready_models()})
+        listeners = self.listeners or options  # (with front processes: the options' ports)
         log.info(
             "accel-gateway %s: HTTP %s:%d, gRPC %s:%d, metrics %s:%d, %d front process(es); "
             "%d model(s) ready: %s",
             __version__,
             options.host,
-            options.http_port,
+            listeners.http_port,
             options.host,
-            options.grpc_port,
+            listeners.grpc_port,
             options.host,
-            options.metrics_port,
+            self.metrics_port,
             1 if self.listeners is not None else options.workers,
             len(ready),
             ", ".join(ready) or "none",

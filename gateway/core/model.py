@@ -156,6 +156,7 @@ class ModelVersion:
         # On demand: called when the last request in flight is answered, since a load
         # waiting for room may evict this model now (gateway/core/placement/room.py).
         self.on_idle: Callable[[], None] | None = None
+        self._metadata: tuple[tuple[int, ...], dict[str, Any]] | None = None  # metadata()'s
         info = platform_info(platform_of(config))
         self._warms_up = info.warm_up
         self.streams = info.streams  # answers may come after responses (core/streamed.py)
@@ -329,7 +330,12 @@ class ModelVersion:
         return relative_to_repository(message, self._prefixes)
 
     def metadata(self, versions: list[int]) -> dict[str, Any]:
-        return model_metadata(self.config, versions)
+        """The V2 metadata, made once per set of ready versions (a front may ask it on
+        every request); callers read it and never change it."""
+        key = tuple(versions)
+        if self._metadata is None or self._metadata[0] != key:
+            self._metadata = (key, model_metadata(self.config, versions))
+        return self._metadata[1]
 
     @property
     def pending(self) -> int:

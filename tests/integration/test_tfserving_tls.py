@@ -4,6 +4,8 @@ over a secure channel."""
 
 from __future__ import annotations
 
+import re
+
 import grpc
 import pytest
 import trustme
@@ -42,7 +44,7 @@ def test_grpc_serves_tls_from_an_ssl_config_and_rest_stays_plain(tmp_path) -> No
     base = build_strings(tmp_path / "models" / "m", 1)
     # (start_tfserving waits on the REST port, in plain HTTP)
     flags = ("--model_name=m", f"--model_base_path={base}", f"--ssl_config_file={config}")
-    server, _, port = start_tfserving(tmp_path, "m", *flags)
+    server, _, port = start_tfserving(tmp_path, "m", *flags, v2_ports=False)
     try:
         answer = _status(port, ca, client_ca.issue_cert("client.example"))
         assert [s.version for s in answer.model_version_status] == [1]
@@ -50,6 +52,11 @@ def test_grpc_serves_tls_from_an_ssl_config_and_rest_stays_plain(tmp_path) -> No
             with pytest.raises(grpc.RpcError) as refused:
                 _status(port, ca, stranger)
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        # V2's ports, not given: free ones the system chose (never a fixed default that
+        # a second server on the machine would clash on), named in the start's line.
+        log = (tmp_path / "server.log").read_text()
+        started = re.search(r"HTTP [\d.]+:(\d+), gRPC [\d.]+:(\d+), metrics [\d.]+:(\d+)", log)
+        assert started and all(int(p) not in (0, 8000, 8001, 8002) for p in started.groups())
     finally:
         server.terminate()
         server.wait(60)

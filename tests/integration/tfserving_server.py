@@ -14,14 +14,17 @@ from gateway.launch import free_ports
 from tests.conftest import wait_until
 
 
-def start_tfserving(tmp: Path, model: str, *flags: str) -> tuple[subprocess.Popen, str, int]:
-    """The server, its REST URL and its gRPC port, once `model` has a version AVAILABLE."""
+def start_tfserving(
+    tmp: Path, model: str, *flags: str, v2_ports: bool = True
+) -> tuple[subprocess.Popen, str, int]:
+    """The server, its REST URL and its gRPC port, once `model` has a version AVAILABLE;
+    without `v2_ports`, the server chooses its V2 ports."""
     grpc_port, rest, http, v2_grpc, metrics = free_ports(5)
+    v2 = [f"--v2_http_port={http}", f"--v2_grpc_port={v2_grpc}", f"--v2_metrics_port={metrics}"]
     with open(tmp / "server.log", "wb") as log:  # (the child keeps its own descriptor)
         server = subprocess.Popen(
             [sys.executable, "-m", "gateway", "tensorflow-model-server", f"--port={grpc_port}",
-             f"--rest_api_port={rest}", f"--v2_http_port={http}", f"--v2_grpc_port={v2_grpc}",
-             f"--v2_metrics_port={metrics}", *flags],
+             f"--rest_api_port={rest}", *(v2 if v2_ports else []), *flags],
             cwd=tmp, env={**os.environ, "TMPDIR": str(tmp)}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{rest}"

@@ -86,9 +86,9 @@ class GrpcioGrpc:
         credentials = options.tls.grpc_credentials() if options.tls else None
         try:
             if credentials is None:
-                self.server.add_insecure_port(address)
+                self.port = self.server.add_insecure_port(address)
             else:
-                self.server.add_secure_port(address, credentials)
+                self.port = self.server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
         self.acceptors: Acceptors | None = None

@@ -80,9 +80,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     _flag(parser, "ssl_config_file", str, None, "SSLConfig text file")
     _flag(parser, "version", bool, False, "print the version and exit")
     # The gateway's own, in the same spelling.
-    _flag(parser, "v2_http_port", int, 8000, "V2 HTTP port, on loopback")
-    _flag(parser, "v2_grpc_port", int, 8001, "V2 gRPC port, on loopback")
-    _flag(parser, "v2_metrics_port", int, 8002, "Prometheus metrics port, on loopback")
+    # 0: a port the system chooses, logged at start (TF Serving opens no other port, so
+    # several servers on one machine must not clash on these).
+    _flag(parser, "v2_http_port", int, 0, "V2 HTTP port, on loopback (0: a free one)")
+    _flag(parser, "v2_grpc_port", int, 0, "V2 gRPC port, on loopback (0: a free one)")
+    _flag(parser, "v2_metrics_port", int, 0, "metrics port, on loopback (0: a free one)")
     _flag(parser, "max_body_bytes", int, 64 * 1024 * 1024, "the largest request body")
     for name in IGNORED:
         _flag(parser, name, bool if name in _BOOLEANS else str, None, "ignored here")
