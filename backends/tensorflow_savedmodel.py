@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 # Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -107,21 +108,7 @@ class SavedModelBackend(BucketedBackend):
         configure_gpu_memory(config)
         self._tf_device = self._device_name(device)
         signature_name = string_parameter(config, "signature_name") or "serving_default"
-        with tf.device(self._tf_device):
-            try:
-                self._loaded = tf.saved_model.load(str(artifact))
-            except Exception as exc:  # TensorFlow raises many types for a bad directory
-                reason = first_line(exc)
-                raise BackendUnavailable(
-                    f"model '{config.name}': cannot load {artifact.name} as a SavedModel: {reason}"
-                ) from None
-        signatures = dict(self._loaded.signatures)
-        if signature_name not in signatures:
-            raise BackendUnavailable(
-                f"model '{config.name}': the SavedModel has no signature '{signature_name}'; "
-                f"it has: {', '.join(signatures) or 'none'} (set parameter signature_name)"
-            )
-        self._signature = signatures[signature_name]
+        self._signature = self._load(artifact, signature_name)
         _, input_specs = self._signature.structured_input_signature
         self._inputs = [_spec(name, spec, config.name) for name, spec in input_specs.items()]
         outputs = self._signature.structured_outputs
@@ -148,6 +135,40 @@ class SavedModelBackend(BucketedBackend):
             ", XLA" if self._buckets else "",
             self._tf_device,
         )
+
+    def _load(self, artifact: Path, signature_name: str) -> Any:
+        """The signature, as TensorFlow's TF2 loader makes it, or for a TF1 graph that
+        loader refuses (ValueError: its signatures' shapes), run in a TF1 session."""
+        name = self.config.name
+        with tf.device(self._tf_device):
+            try:
+                self._loaded = tf.saved_model.load(str(artifact))
+                signatures = dict(self._loaded.signatures)
+            except ValueError as refused:
+                from backends.tfserving.session import SessionSignature
+
+                try:
+                    self._loaded = SessionSignature(artifact, signature_name)
+                except KeyError as exc:
+                    raise BackendUnavailable(f"model '{name}': {exc.args[0]}") from None
+                except Exception:  # not that case: the TF2 loader's reason is the one
+                    raise BackendUnavailable(
+                        f"model '{name}': cannot load {artifact.name} "
+                        f"as a SavedModel: {first_line(refused)}"
+                    ) from None
+                log.info("model '%s': a TF1 graph, run in a session", name)
+                return self._loaded
+            except Exception as exc:  # TensorFlow raises many types for a bad directory
+                raise BackendUnavailable(
+                    f"model '{name}': cannot load {artifact.name} as a "
+                    f"SavedModel: {first_line(exc)}"
+                ) from None
+        if signature_name not in signatures:
+            raise BackendUnavailable(
+                f"model '{name}': the SavedModel has no signature '{signature_name}'; "
+                f"it has: {', '.join(signatures) or 'none'} (set parameter signature_name)"
+            )
+        return signatures[signature_name]
 
     def _device_name(self, device: Device) -> str:
         if device.kind == "cpu":
@@ -248,5 +269,7 @@ class SavedModelBackend(BucketedBackend):
         return sum(v.shape.num_elements() * v.dtype.size for v in self._signature.variables)
 
     def unload(self) -> None:
+        if hasattr(self._loaded, "close"):  # a TF1 session's
+            self._loaded.close()
         del self._call, self._signature, self._loaded
         gc.collect()  # TensorFlow's loaded objects hold reference cycles

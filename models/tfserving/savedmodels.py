@@ -146,6 +146,31 @@ def build_examples(base_path: Path, version: int = 1) -> Path:
     return base_path
 
 
+def build_undeclared_shapes(base_path: Path, version: int = 1) -> Path:
+    """`y = x / 2 + 3` as a TF1 graph (`x`: f32[None, 1]) whose signature declares its
+    tensors without their shapes, as some TF1 exporters wrote them (TF Serving's own
+    test model `saved_model_half_plus_three` is one): TensorFlow's TF2 loader refuses it,
+    TF Serving serves it."""
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph:
+        x = v1.placeholder(tf.float32, [None, 1], name="x")
+        half = tf.Variable(0.5, name="half")
+        y = tf.add(x * half, 3.0, name="y")
+        inputs, outputs = v1.saved_model.build_tensor_info(x), v1.saved_model.build_tensor_info(y)
+        for info in (inputs, outputs):
+            info.tensor_shape.Clear()  # declared as a scalar: not what the graph holds
+        predict = v1.saved_model.signature_def_utils.build_signature_def(
+            {"x": inputs}, {"y": outputs}, "tensorflow/serving/predict"
+        )
+        builder = v1.saved_model.Builder(str(base_path / str(version)))
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            signatures = {"serving_default": predict}
+            builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map=signatures)
+        builder.save()
+    return base_path
+
+
 class _Counting(tf.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -25,7 +25,12 @@ from tensorflow_serving.apis import (  # noqa: E402
 )
 
 from models.digits import held_out  # noqa: E402
-from models.tfserving.savedmodels import build_digits, build_strings, model_config_file  # noqa: E402
+from models.tfserving.savedmodels import (  # noqa: E402
+    build_digits,
+    build_strings,
+    build_undeclared_shapes,
+    model_config_file,
+)
 from tests.integration.tfserving_server import start_tfserving  # noqa: E402
 
 
@@ -34,7 +39,8 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tfs-models")
     strings = build_strings(root / "strings", 7)
     (strings / "7").rename(strings / "00000007")  # as TF Serving's own test models number them
-    return {"digits": build_digits(root / "digits"), "strings": strings}
+    undeclared = build_undeclared_shapes(root / "undeclared")
+    return {"digits": build_digits(root / "digits"), "strings": strings, "undeclared": undeclared}
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +275,13 @@ def test_tf_serving_s_metrics_on_its_prometheus_page_beside_ours(rest, stub) -> 
         assert f':tensorflow:serving:request_latency_bucket{{{labels},le="+Inf"}}' in after
     assert any(name.startswith("nv_inference_request_success") for name in after)  # ours
     assert rest.get("/monitoring/prometheus/metrics").status_code == 404  # not the default
+
+
+def test_a_tf1_graph_the_tf2_loader_refuses_runs_in_a_session(rest, stub) -> None:
+    # Its signature declares scalars; the graph takes [None, 1]; a [1] tensor is sent,
+    # as TF Serving's own tests send one to its half_plus_three.
+    answer = rest.post("/v1/models/undeclared:predict", json={"instances": [2.0, 4.0]})
+    assert answer.json() == {"predictions": [4.0, 5.0]}
+    request = predict_pb2.PredictRequest(model_spec={"name": "undeclared"})
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto([2.0], dtype=tf.float32))
+    assert list(stub[0].Predict(request, 30).outputs["y"].float_val) == [4.0]

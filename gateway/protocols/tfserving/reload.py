@@ -6,9 +6,10 @@
   unloads), and the signatures the versions declare are mounted anew;
 - a new model config (HandleReloadConfigRequest, or the `--model_config_file` read again
   every `--model_config_file_poll_wait_seconds`, applied when it changed) replaces the
-  served set: models it drops are unloaded (their requests in flight drain), models it
-  adds load before the reload answers, and models whose base path, policy or labels
-  changed load again.
+  served set: models it adds load (each served once its own model has, its signatures'
+  models after) and those whose base path, policy or labels changed load again, all
+  before the reload answers; then the models it drops are unloaded (their requests in
+  flight drain).
 
 A version directory is seen once its saved_model.pb can be read: copy a version in under
 another name and rename it into place, as with TF Serving. While a model loads again its
@@ -207,10 +208,8 @@ class Reloader:
         async with self._lock:
             await asyncio.to_thread(self._check_labels, models)
             old = self.tfs.models
-            for name in sorted(set(old) - set(models)):
-                await self._remove(name)
             failures = []
-            for name in sorted(models):
+            for name in sorted(models):  # (the dropped go on serving meanwhile)
                 model = models[name]
                 if old.get(name) == model:
                     continue
@@ -224,6 +223,8 @@ class Reloader:
                 except TfsError as exc:
                     log.error("TF Serving: model '%s': %s", name, exc.message)
                     failures.append(exc)
+            for name in sorted(set(old) - set(models)):
+                await self._remove(name)
             log.info("TF Serving: serving %s", ", ".join(sorted(models)) or "no model")
             if failures:
                 raise failures[0]
@@ -251,22 +252,25 @@ class Reloader:
         self, model: TfModel, signatures: dict[str, list[int]], publish: bool = False
     ) -> None:
         """Mount the model's served signatures (served_signatures()) and load it again,
-        then those of its signature models that are loaded; requests see the new
-        signatures after, and the model itself when `publish` (a model of a new config).
-        Every load is tried; TfsError for the first that failed (requests then see the
-        signatures as they were, which the versions kept serving have)."""
+        then each of its signature models (as at start: all of them); requests see the new
+        signatures after, and the model itself when `publish` (a model of a new config;
+        one not served before as soon as its own model has loaded). Every load is tried;
+        TfsError for the first that failed (requests then see the signatures as they
+        were, which the versions kept serving have)."""
         name = model.name
         before = set(self.tfs.model_mounts(model, self.tfs.signatures.get(name, {})))
         mounts = self.tfs.model_mounts(model, signatures)
-        loaded = set(await self.core.loaded_models())
         await self.core.set_mounts(mounts)
         failures = []
+        new = publish and name not in self.tfs.signatures
         for target in [name, *sorted(set(mounts) - {name})]:
-            if target == name or target in loaded:
-                try:
-                    await self.core.load_model(target, None)
-                except GatewayError as exc:
-                    failures.append(exc)
+            try:
+                await self.core.load_model(target, None)
+            except GatewayError as exc:
+                failures.append(exc)
+            if new and target == name:  # requests may come now; a signature's model
+                self.tfs.models = {**self.tfs.models, name: model}  # not loaded yet
+                self.tfs.signatures[name] = signatures  # loads on its first
         if publish:
             self.tfs.models = {**self.tfs.models, name: model}
         if failures and name in self.tfs.signatures:  # the versions it had serve on

@@ -5,7 +5,7 @@ config file) is a mount of its base path (gateway/core/mounts.py, made by the se
 from `mounts()`): the repository model
 of the same name serves its `serving_default` signature, with the config's version
 policy. Each other signature is a repository model of its own, `<model>:<signature>`,
-mounting the same directory; it loads on its first request. A signature is a model
+mounting the same directory, loaded with the model. A signature is a model
 because requests of different signatures must never share a batch, and each has its own
 inputs and outputs for V2.
 

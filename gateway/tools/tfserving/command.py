@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     options = ServerOptions(
         model_repository=repository, host="127.0.0.1", http_port=args.v2_http_port,
         grpc_port=args.v2_grpc_port, metrics_port=args.v2_metrics_port,
-        model_control_mode="explicit", load_models=sorted(tfs.serving.models),
+        model_control_mode="explicit", load_models=sorted(tfs.serving.mounts()),
         tfserving=tfs, side_host="0.0.0.0", max_body_bytes=args.max_body_bytes,
         log=LogSettings(),
     )  # fmt: skip

@@ -96,7 +96,7 @@ def _polled(tmp_path: Path, core: RecordingCore) -> tuple[Reloader, TfServing, P
     return Reloader(core, tfs), tfs, base  # type: ignore[arg-type]
 
 
-def test_a_new_version_loads_the_model_then_its_loaded_signatures(tmp_path) -> None:
+def test_a_new_version_loads_the_model_then_its_signatures(tmp_path) -> None:
     core = RecordingCore({"m", "m:old", "m:kept"})
     reloader, tfs, base = _polled(tmp_path, core)
     asyncio.run(reloader.poll_versions())  # nothing new: nothing loads
@@ -104,8 +104,9 @@ def test_a_new_version_loads_the_model_then_its_loaded_signatures(tmp_path) -> N
     _save(base, 2, "serving_default", "kept", "new")
     asyncio.run(reloader.poll_versions())
     # `old` only version 1 has, which the latest policy no longer serves: unloaded
-    # after the model and `kept` loaded again; `new` loads on its first request.
-    assert core.calls == [("load", "m"), ("load", "m:kept"), ("unload", "m:old")]
+    # after the model and its other signatures loaded.
+    assert core.calls == [("load", "m"), ("load", "m:kept"), ("load", "m:new"),
+                          ("unload", "m:old")]  # fmt: skip
     assert tfs.signatures["m"] == {"kept": [2], "new": [2], "serving_default": [2]}
     assert sorted(core.mounts) == ["m", "m:kept", "m:new"]
     core.calls.clear()
