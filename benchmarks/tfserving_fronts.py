@@ -1,13 +1,15 @@
 """One SavedModel through TF Serving's APIs and through V2 on the same gateway, one run.
 
-    .venv/bin/python -m benchmarks.tfserving_fronts [--seconds 5] [--concurrency 1 8 64]
+    .venv/bin/python -m benchmarks.tfserving_fronts [--seconds 5] [--rounds 3]
+        [--concurrency 1 8 64]
 
 The digits MLP (models/tfserving, version 1: `pixels` f32[None, 64] in, `probabilities`
 f32[None, 10] out) is served by `accel-gateway tensorflow-model-server` with
 `--enable_batching` (max_batch_size 32, batch_timeout_micros 2000), the server pinned
 to one core (`--server-core`). Closed loops of one-row requests on kept-alive
 connections (benchmarks/open_loop.py; gRPC framed by hand, benchmarks/grpc_open_loop.py)
-run on another core against five fronts of the same model and batcher: TF Serving's
+run on another core, the fronts taking turns and each keeping its median of the rounds,
+against five fronts of the same model and batcher: TF Serving's
 REST (row format) and gRPC Predict, and V2 over HTTP (JSON and binary) and gRPC. The
 floor is the signature called in this process, one row a call, on the server's core.
 Goal (issue 40): TF Serving's gRPC Predict at least 0.8x V2's gRPC at every point, its
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,7 +109,8 @@ def main() -> None:
         _signature_rate(*sys.argv[2:5])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per front and round")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of the five fronts")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
@@ -139,15 +143,22 @@ def main() -> None:
         wait_for_model(rest, requests["TF Serving REST (row)"][0], process=server)
         rates: dict[tuple[str, int], float] = {}
         for concurrency in args.concurrency:
-            for name, (request, is_grpc) in requests.items():
-                port = (grpc_port if "TF" in name else v2_grpc) if is_grpc else (
-                    rest if "TF" in name else http)  # fmt: skip
-                kinds = {"connection": GrpcConnection} if is_grpc else {}
-                rate, _ = run_generator(closed_loop_latencies(
-                    "127.0.0.1", port, request, concurrency, args.seconds, **kinds))  # fmt: skip
-                rates[(name, concurrency)] = rate
+            # The fronts take turns, `--rounds` times, and each keeps its median: at low
+            # concurrency one window of batching can differ from the next by 30%.
+            measured: dict[str, list[float]] = {name: [] for name in requests}
+            for _ in range(args.rounds):
+                for name, (request, is_grpc) in requests.items():
+                    port = (grpc_port if "TF" in name else v2_grpc) if is_grpc else (
+                        rest if "TF" in name else http)  # fmt: skip
+                    kinds = {"connection": GrpcConnection} if is_grpc else {}
+                    loop = closed_loop_latencies(
+                        "127.0.0.1", port, request, concurrency, args.seconds, **kinds)  # fmt: skip
+                    measured[name].append(run_generator(loop)[0])
+            for name, runs in measured.items():
+                rate = rates[(name, concurrency)] = statistics.median(runs)
+                each = ", ".join(f"{r:,.0f}" for r in runs)
                 print(f"  {name:26s} c={concurrency:3d}: {rate:8,.0f}/s "
-                      f"({rate / floor:.2f}x the floor)", flush=True)  # fmt: skip
+                      f"({rate / floor:.2f}x the floor; rounds {each})", flush=True)  # fmt: skip
     finally:
         server.terminate()
         server.wait(60)

@@ -252,7 +252,7 @@ class Reloader:
         self, model: TfModel, signatures: dict[str, list[int]], publish: bool = False
     ) -> None:
         """Mount the model's served signatures (served_signatures()) and load it again,
-        then each of its signature models (as at start: all of them); requests see the new
+        then all of its signature models together (as at start); requests see the new
         signatures after, and the model itself when `publish` (a model of a new config;
         one not served before as soon as its own model has loaded). Every load is tried;
         TfsError for the first that failed (requests then see the signatures as they
@@ -261,16 +261,19 @@ class Reloader:
         before = set(self.tfs.model_mounts(model, self.tfs.signatures.get(name, {})))
         mounts = self.tfs.model_mounts(model, signatures)
         await self.core.set_mounts(mounts)
-        failures = []
-        new = publish and name not in self.tfs.signatures
-        for target in [name, *sorted(set(mounts) - {name})]:
+        failures: list[GatewayError] = []
+
+        async def load(target: str) -> None:
             try:
                 await self.core.load_model(target, None)
             except GatewayError as exc:
                 failures.append(exc)
-            if new and target == name:  # requests may come now; a signature's model
-                self.tfs.models = {**self.tfs.models, name: model}  # not loaded yet
-                self.tfs.signatures[name] = signatures  # loads on its first
+
+        await load(name)
+        if publish and name not in self.tfs.signatures:  # a new model: requests may come
+            self.tfs.models = {**self.tfs.models, name: model}  # now (a signature's model
+            self.tfs.signatures[name] = signatures  # not loaded yet loads on its first)
+        await asyncio.gather(*(load(target) for target in sorted(set(mounts) - {name})))
         if publish:
             self.tfs.models = {**self.tfs.models, name: model}
         if failures and name in self.tfs.signatures:  # the versions it had serve on

@@ -183,6 +183,9 @@ class TfServing:
     # Each version's SignatureDefs, once read (a version's files do not change under it).
     signature_defs: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     metrics: RequestMetrics = field(default_factory=RequestMetrics)  # (its Prometheus page)
+    # served()'s answers by (repository model, version asked), with the metadata they
+    # were made from (only versions the core knows reach it: bounded).
+    _served: dict[tuple[str, str], tuple[dict, Served]] = field(default_factory=dict, repr=False)
 
     def discover_signatures(self) -> dict[str, dict[str, list[int]]]:
         """Each model's served signatures, as the versions on disk declare them now."""
@@ -239,10 +242,15 @@ class TfServing:
             metadata = await core.model_metadata(model, number)
         except NotFound:
             raise missing(name, resolved) from None
+        cached = self._served.get((model, number))
+        if cached is not None and cached[0] is metadata:  # (the core's, made once per
+            return cached[1]  # set of ready versions: the same object, the same answer)
         inputs = {t["name"]: t["datatype"] for t in metadata["inputs"]}
         outputs = {t["name"]: t["datatype"] for t in metadata["outputs"]}
         shapes = {t["name"]: [int(d) for d in t["shape"]] for t in metadata["inputs"]}
-        return Served(name, model, resolved, inputs, outputs, shapes)
+        served = Served(name, model, resolved, inputs, outputs, shapes)
+        self._served[(model, number)] = (metadata, served)
+        return served
 
     async def resolve(
         self, core: Core, name: str, version: int | None, label: str, signature: str
