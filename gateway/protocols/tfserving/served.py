@@ -107,10 +107,14 @@ def mount_config(
     if model.policy:
         config["version_policy"] = model.policy
     if batching:
+        # TF Serving's queue holds max_enqueued_batches batches: as many requests of a
+        # row (the server's own bound, --max-queue-size, holds as well).
+        queued = min(batching.max_enqueued_batches * batching.max_batch_size, 2**31 - 1)
         config["dynamic_batching"] = {
             "max_queue_delay_microseconds": batching.batch_timeout_micros,
             **({"preferred_batch_size": list(batching.allowed_batch_sizes)}
                if batching.allowed_batch_sizes else {}),
+            "default_queue_policy": {"max_queue_size": queued},
         }  # fmt: skip
     return config
 

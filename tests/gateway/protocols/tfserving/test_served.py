@@ -11,9 +11,11 @@ import pytest
 from accel_base.errors import NotFound
 from gateway.protocols.tfserving.errors import TfsError
 from gateway.protocols.tfserving.served import (
+    Batching,
     SignatureMissing,
     TfModel,
     TfServing,
+    mount_config,
     served_signatures,
 )
 from gateway.protocols.tfserving.status import version_states
@@ -127,3 +129,15 @@ def test_served_signatures_are_those_of_the_versions_the_policy_serves() -> None
     specific = TfModel("m", Path("/m"), {"specific": {"versions": [1, 9]}})
     assert served_signatures(specific, on_disk) == {"serving_default": [1], "old": [1]}
     assert served_signatures(TfModel("m", Path("/m"), {"all": {}}), on_disk) == on_disk
+
+
+def test_batching_parameters_are_the_batcher_s_bounds() -> None:
+    batching = Batching(max_batch_size=32, batch_timeout_micros=2000, max_enqueued_batches=10,
+                        allowed_batch_sizes=(8, 32))  # fmt: skip
+    config = mount_config(TfModel("m", Path("/m")), "serving_default", batching)
+    assert config["max_batch_size"] == 32
+    assert config["dynamic_batching"] == {
+        "max_queue_delay_microseconds": 2000, "preferred_batch_size": [8, 32],
+        "default_queue_policy": {"max_queue_size": 320},
+    }  # fmt: skip
+    assert "dynamic_batching" not in mount_config(TfModel("m", Path("/m")), "x", None)
