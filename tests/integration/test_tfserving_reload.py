@@ -124,7 +124,7 @@ def test_a_version_that_fails_to_load_leaves_the_last_one_serving(world) -> None
 def test_a_reload_under_load_loses_no_request(world) -> None:
     rest, bases = world["rest"], world["bases"]
     wait_until(lambda: _versions(rest, "keep") == {"2": "AVAILABLE"}, timeout_s=120)
-    with _under_load(rest, "keep", {"instances": ["x"]}, clients=4) as outcomes:
+    with _under_load(rest, "keep", {"instances": ["x"]}, clients=2) as outcomes:
         # keep: every version now (it loads again); gone: dropped; added: new.
         response = _reload(world, "model_config_list { "
                            + _entry("keep", bases["keep"], "model_version_policy { all {} }")

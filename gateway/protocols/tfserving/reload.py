@@ -208,26 +208,30 @@ class Reloader:
         async with self._lock:
             await asyncio.to_thread(self._check_labels, models)
             old = self.tfs.models
-            failures = []
-            for name in sorted(models):  # (the dropped go on serving meanwhile)
-                model = models[name]
-                if old.get(name) == model:
-                    continue
-                self._parsed[name] = cache = {}
-                found = await asyncio.to_thread(signature_versions, model.base_path, cache)
-                signatures = served_signatures(model, found)
-                self._seen[name] = _served_versions(signatures)
-                self._listed.pop(name, None)
-                try:
-                    await self._mount_and_load(model, signatures, publish=True)
-                except TfsError as exc:
-                    log.error("TF Serving: model '%s': %s", name, exc.message)
-                    failures.append(exc)
+            changed = [models[n] for n in sorted(models) if old.get(n) != models[n]]
+            # The new and changed load together (the dropped go on serving meanwhile).
+            failures = [
+                f for f in await asyncio.gather(*(self._load_anew(m) for m in changed)) if f
+            ]
             for name in sorted(set(old) - set(models)):
                 await self._remove(name)
             log.info("TF Serving: serving %s", ", ".join(sorted(models)) or "no model")
             if failures:
                 raise failures[0]
+
+    async def _load_anew(self, model: TfModel) -> TfsError | None:
+        """A model of a new config, mounted and loaded; its failure, logged."""
+        self._parsed[model.name] = cache = {}
+        found = await asyncio.to_thread(signature_versions, model.base_path, cache)
+        signatures = served_signatures(model, found)
+        self._seen[model.name] = _served_versions(signatures)
+        self._listed.pop(model.name, None)
+        try:
+            await self._mount_and_load(model, signatures, publish=True)
+        except TfsError as exc:
+            log.error("TF Serving: model '%s': %s", model.name, exc.message)
+            return exc
+        return None
 
     async def _remove(self, name: str) -> None:
         """Stop serving a model: at once to new requests, once drained to those in flight."""
