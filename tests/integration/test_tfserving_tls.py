@@ -1,12 +1,14 @@
 """`--ssl_config_file`: TF Serving's gRPC port over TLS with client certificates, its
 REST port plain, as TF Serving serves them; the unmodified tensorflow-serving-api stubs
-over a secure channel."""
+over a secure channel. The same server batches (`--enable_batching`), and its V2 ports
+are ones the system chose."""
 
 from __future__ import annotations
 
 import re
 
 import grpc
+import httpx
 import pytest
 import trustme
 
@@ -43,8 +45,12 @@ def test_grpc_serves_tls_from_an_ssl_config_and_rest_stays_plain(tmp_path) -> No
     )
     base = build_strings(tmp_path / "models" / "m", 1)
     # (start_tfserving waits on the REST port, in plain HTTP)
-    flags = ("--model_name=m", f"--model_base_path={base}", f"--ssl_config_file={config}")
-    server, _, port = start_tfserving(tmp_path, "m", *flags, v2_ports=False)
+    batching = tmp_path / "batching.config"
+    batching.write_text("max_batch_size { value: 4 } batch_timeout_micros { value: 1000 } "
+                        "max_enqueued_batches { value: 3 }")  # fmt: skip
+    flags = ("--model_name=m", f"--model_base_path={base}", f"--ssl_config_file={config}",
+             "--enable_batching", f"--batching_parameters_file={batching}")  # fmt: skip
+    server, rest, port = start_tfserving(tmp_path, "m", *flags, v2_ports=False)
     try:
         answer = _status(port, ca, client_ca.issue_cert("client.example"))
         assert [s.version for s in answer.model_version_status] == [1]
@@ -57,6 +63,13 @@ def test_grpc_serves_tls_from_an_ssl_config_and_rest_stays_plain(tmp_path) -> No
         log = (tmp_path / "server.log").read_text()
         started = re.search(r"HTTP [\d.]+:(\d+), gRPC [\d.]+:(\d+), metrics [\d.]+:(\d+)", log)
         assert started and all(int(p) not in (0, 8000, 8001, 8002) for p in started.groups())
+        # The batching parameters, as the batcher's bounds (seen over V2).
+        v2_config = httpx.get(f"http://127.0.0.1:{started[1]}/v2/models/m/config").json()
+        assert v2_config["max_batch_size"] == 4
+        assert v2_config["dynamic_batching"]["max_queue_delay_microseconds"] == 1000
+        assert v2_config["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 12
+        answer = httpx.post(f"{rest}/v1/models/m:predict", json={"instances": ["ab", "c"]})
+        assert answer.json()["predictions"][0] == {"upper": "AB", "length": 2}
     finally:
         server.terminate()
         server.wait(60)
