@@ -60,11 +60,13 @@ def add_tfserving_services(
     )
 
 
-async def _abort(context: Any, exc: Exception) -> None:
-    if isinstance(exc, GatewayError):
-        exc = from_gateway(exc)
-    assert isinstance(exc, TfsError)
-    await context.abort(exc.code, exc.message)
+def _tfs_error(exc: TfsError | GatewayError) -> TfsError:
+    return from_gateway(exc) if isinstance(exc, GatewayError) else exc
+
+
+async def _abort(context: Any, exc: TfsError | GatewayError) -> None:
+    error = _tfs_error(exc)
+    await context.abort(error.code, error.message)
 
 
 def _spec(request: Any) -> tuple[str, int | None, str]:
@@ -117,9 +119,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             response = await answer()
         except (TfsError, GatewayError) as exc:
-            error = from_gateway(exc) if isinstance(exc, GatewayError) else exc
-            self.tfs.metrics.record(request.model_spec.name, error.code.name)
-            await context.abort(error.code, error.message)
+            self.tfs.metrics.record(request.model_spec.name, _tfs_error(exc).code.name)
+            await _abort(context, exc)
             return None
         micros = int((time.perf_counter() - start) * 1e6)
         self.tfs.metrics.record(request.model_spec.name, "OK", api, "GRPC", micros)

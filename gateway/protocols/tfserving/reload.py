@@ -39,6 +39,7 @@ from gateway.protocols.tfserving.served import (
     TfServing,
     policy_versions,
     served_signatures,
+    versions_of,
 )
 
 log = logging.getLogger("accel_gateway")
@@ -60,10 +61,6 @@ def _listing(model: TfModel) -> frozenset[int]:
     return frozenset(available_versions(model.base_path) if model.base_path.is_dir() else ())
 
 
-def _served_versions(signatures: dict[str, list[int]]) -> frozenset[int]:
-    return frozenset(v for versions in signatures.values() for v in versions)
-
-
 class Reloader:
     """Applies new versions and new configs to TF Serving's models and the core's mounts."""
 
@@ -72,7 +69,7 @@ class Reloader:
         self._lock = asyncio.Lock()
         # Per model: the versions served (as its signatures were last mounted), the
         # directories last listed in full, and its saved_model.pb files as parsed.
-        self._seen = {name: _served_versions(s) for name, s in tfs.signatures.items()}
+        self._seen = {name: versions_of(s) for name, s in tfs.signatures.items()}
         self._listed: dict[str, frozenset[int]] = {}
         self._parsed: dict[str, ParseCache] = {}
         self._unlistable: set[str] = set()  # base paths said to be unreadable, once
@@ -128,16 +125,16 @@ class Reloader:
                 continue
             cache = self._parsed.setdefault(name, {})
             found = await asyncio.to_thread(signature_versions, model.base_path, cache)
-            if _served_versions(found) >= listed:  # else one is still being written:
+            if versions_of(found) >= listed:  # else one is still being written:
                 self._listed[name] = listed  # look at it again next time
             signatures = served_signatures(model, found)
-            if _served_versions(signatures) == self._seen.get(name):
+            served = versions_of(signatures)
+            if served == self._seen.get(name):
                 continue
-            log.info("TF Serving: model '%s' serves versions %s now", name,
-                     sorted(_served_versions(signatures)))  # fmt: skip
+            log.info("TF Serving: model '%s' serves versions %s now", name, sorted(served))
             async with self._lock:
                 if self.tfs.models.get(name) is model:  # not replaced meanwhile
-                    self._seen[name] = _served_versions(signatures)
+                    self._seen[name] = served
                     await self._mount_and_load(model, signatures)
 
     async def poll_config(self, read: Callable[[], dict[str, TfModel]]) -> None:
@@ -224,7 +221,7 @@ class Reloader:
         self._parsed[model.name] = cache = {}
         found = await asyncio.to_thread(signature_versions, model.base_path, cache)
         signatures = served_signatures(model, found)
-        self._seen[model.name] = _served_versions(signatures)
+        self._seen[model.name] = versions_of(signatures)
         self._listed.pop(model.name, None)
         try:
             await self._mount_and_load(model, signatures, publish=True)

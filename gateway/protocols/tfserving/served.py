@@ -108,7 +108,7 @@ def mount_config(
         config["version_policy"] = model.policy
     if batching:
         # TF Serving's queue holds max_enqueued_batches batches: as many requests of a
-        # row (the server's own bound, --max-queue-size, holds as well).
+        # row (the server's own bound per model version holds as well).
         queued = min(batching.max_enqueued_batches * batching.max_batch_size, 2**31 - 1)
         config["dynamic_batching"] = {
             "max_queue_delay_microseconds": batching.batch_timeout_micros,
@@ -119,11 +119,15 @@ def mount_config(
     return config
 
 
+def versions_of(signatures: dict[str, list[int]]) -> frozenset[int]:
+    """Every version that has one of these signatures."""
+    return frozenset(v for versions in signatures.values() for v in versions)
+
+
 def served_signatures(model: TfModel, signatures: dict[str, list[int]]) -> dict[str, list[int]]:
     """The signatures of the versions the model's policy serves, with those versions: a
     signature only versions out of the policy have is not served (its model unmounts)."""
-    known = frozenset(v for versions in signatures.values() for v in versions)
-    served = policy_versions(model, known)
+    served = policy_versions(model, versions_of(signatures))
     kept = {name: [v for v in versions if v in served] for name, versions in signatures.items()}
     return {name: versions for name, versions in kept.items() if versions}
 
@@ -268,7 +272,7 @@ class TfServing:
         if model is None:  # a repository model: one signature
             raise SignatureMissing(signature)
         signatures = self.signatures.get(name, {})
-        known = {v for versions in signatures.values() for v in versions}  # (served ones)
+        known = versions_of(signatures)  # (the served ones)
         having = signatures.get(signature, [])
         if version is None:
             # As TF Serving: the latest version must have the signature. The request then
