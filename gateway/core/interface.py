@@ -126,10 +126,10 @@ class Core(Protocol):
 
     async def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
         """Serve each directory as the repository model of that name, with that config
-        (Triton's, as JSON) and those versions (None: any), or, for None, no longer
-        (gateway/core/mounts.py). Nothing loads or unloads here. Only the server's own
-        fronts call it, with directories the server's start named (TF Serving's base
-        paths and what its reloads may name)."""
+        (Triton's, as JSON) and those versions (None: as its version policy chooses),
+        or, for None, no longer (gateway/core/mounts.py). Nothing loads or unloads here.
+        Only the server's own fronts call it, with directories the server's start named
+        (TF Serving's base paths and what its reloads may name)."""
 
     # ---- logging and trace settings (Triton's extensions) ----------------------------
 

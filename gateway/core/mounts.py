@@ -23,6 +23,7 @@ Mounted = tuple[Path, dict[str, Any], frozenset[int] | None]
 class Mount:
     directory: Path  # the model's directory: its versions are its numbered subdirectories
     config: dict[str, Any] = field(default_factory=dict)  # Triton's config, as JSON
-    # The versions it may serve, of those its version policy chooses (None: any): a
-    # SavedModel's signature is a model of its own, and not every version has it.
+    # The versions it serves, chosen by the front that mounted it (None: those its
+    # config's version policy chooses): TF Serving's policies are its front's to apply,
+    # and a SavedModel's signature is a model of its own that not every version has.
     versions: frozenset[int] | None = None

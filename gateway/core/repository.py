@@ -204,10 +204,11 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
             await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
             adaptive_window(config)  # the same
-            wanted = versions_to_load(config, available_versions(model_dir))
             mount = self.mounts.get(name)
-            if mount is not None and mount.versions is not None:
-                wanted = [v for v in wanted if v in mount.versions]
+            if mount is not None and mount.versions is not None:  # its front chose them
+                wanted = [v for v in available_versions(model_dir) if v in mount.versions]
+            else:
+                wanted = versions_to_load(config, available_versions(model_dir))
             if not wanted and (is_router(config) or is_ensemble(config)):
                 wanted = [1]  # runs nothing of its own: needs no version directory
             if not wanted:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import grpc
 
-from accel_base.errors import GatewayError
+from accel_base.errors import GatewayError, NotFound
 from accel_base.version_dirs import available_versions
 from backends.tfserving.signatures import ParseCache, signature_versions
 from gateway.core.interface import Core
@@ -80,14 +80,20 @@ class Reloader:
     # ---- the background task --------------------------------------------------------
 
     async def run(self, polling: Polling) -> None:
-        """Poll until cancelled (the front's stop)."""
+        """Poll until cancelled (the front's stop), which also ends a reload under way."""
         loops = []
         if polling.versions_s > 0:
             loops.append(self._every(polling.versions_s, self.poll_versions))
         if polling.config_s > 0 and polling.read_config is not None:
             read = polling.read_config
             loops.append(self._every(polling.config_s, lambda: self.poll_config(read)))
-        await asyncio.gather(*loops)
+        try:
+            await asyncio.gather(*loops)
+            await asyncio.Event().wait()  # (nothing to poll: a reload by request may come)
+        finally:
+            for task in self._applying:
+                task.cancel()
+            await asyncio.gather(*self._applying, return_exceptions=True)
 
     async def _every(self, interval_s: float, step: Callable) -> None:
         while True:
@@ -99,13 +105,13 @@ class Reloader:
             except Exception:  # a bad state on disk must not end polling
                 log.exception("TF Serving: a poll failed")
 
-    def _listings(self) -> dict[str, frozenset[int]]:
+    def _listings(self) -> list[tuple[TfModel, frozenset[int]]]:
         """Each model's version directories; a base path that cannot be listed is left
         out (said once), so that it stops no other model's polling."""
-        found = {}
+        found = []
         for name, model in self.tfs.models.items():
             try:
-                found[name] = _listing(model)
+                found.append((model, _listing(model)))
             except OSError as exc:
                 if name not in self._unlistable:
                     log.error("TF Serving: model '%s': cannot list %s: %s", name,
@@ -117,25 +123,23 @@ class Reloader:
 
     async def poll_versions(self) -> None:
         """Load again each model whose served versions changed on disk."""
-        for name, listed in (await asyncio.to_thread(self._listings)).items():
+        for model, listed in await asyncio.to_thread(self._listings):
+            name = model.name
             if listed == self._listed.get(name):
                 continue
-            model = self.tfs.models.get(name)
-            if model is None:
-                continue
-            cache = self._parsed.setdefault(name, {})
-            found = await asyncio.to_thread(signature_versions, model.base_path, cache)
-            if versions_of(found) >= listed:  # else one is still being written:
-                self._listed[name] = listed  # look at it again next time
-            signatures = served_signatures(model, found)
-            served = versions_of(signatures)
-            if served == self._seen.get(name):
-                continue
-            log.info("TF Serving: model '%s' serves versions %s now", name, sorted(served))
             async with self._lock:
-                if self.tfs.models.get(name) is model:  # not replaced meanwhile
-                    self._seen[name] = served
-                    await self._mount_and_load(model, signatures)
+                if self.tfs.models.get(name) is not model:  # replaced or dropped meanwhile
+                    continue
+                cache = self._parsed.setdefault(name, {})
+                found = await asyncio.to_thread(signature_versions, model.base_path, cache)
+                if versions_of(found) >= listed:  # else one is still being written:
+                    self._listed[name] = listed  # look at it again next time
+                signatures = served_signatures(model, found)
+                if versions_of(signatures) == self._seen.get(name):
+                    continue
+                log.info("TF Serving: model '%s' serves versions %s now", name,
+                         sorted(versions_of(signatures)))  # fmt: skip
+                await self._mount_and_load(model, signatures)
 
     async def poll_config(self, read: Callable[[], dict[str, TfModel]]) -> None:
         try:
@@ -220,11 +224,9 @@ class Reloader:
         """A model of a new config, mounted and loaded; its failure, logged."""
         self._parsed[model.name] = cache = {}
         found = await asyncio.to_thread(signature_versions, model.base_path, cache)
-        signatures = served_signatures(model, found)
-        self._seen[model.name] = versions_of(signatures)
-        self._listed.pop(model.name, None)
+        self._listed.pop(model.name, None)  # (the next poll looks at it afresh)
         try:
-            await self._mount_and_load(model, signatures, publish=True)
+            await self._mount_and_load(model, served_signatures(model, found))
         except TfsError as exc:
             log.error("TF Serving: model '%s': %s", model.name, exc.message)
             return exc
@@ -233,57 +235,67 @@ class Reloader:
     async def _remove(self, name: str) -> None:
         """Stop serving a model: at once to new requests, once drained to those in flight."""
         self.tfs.models = {n: m for n, m in self.tfs.models.items() if n != name}
-        mounts = list(self.tfs.model_mounts(TfModel(name, Path()),
-                                            self.tfs.signatures.pop(name, {})))  # fmt: skip
-        await self._unload(mounts)
-        await self.core.set_mounts(dict.fromkeys(mounts))
+        signatures = self.tfs.signatures.pop(name, {})
+        await self._unmount(list(self.tfs.model_mounts(TfModel(name, Path()), signatures)))
         for state in (self._seen, self._listed, self._parsed):
             state.pop(name, None)
 
-    async def _unload(self, names: list[str]) -> None:
-        loaded = set(await self.core.loaded_models())
+    async def _unmount(self, names: list[str]) -> None:
+        """Unmount, then unload (in that order: a load on a request's first use that
+        starts after finds no model, and one under way is unloaded once it is done)."""
+        await self.core.set_mounts(dict.fromkeys(names))
         for name in names:
-            if name in loaded:
-                try:
-                    await self.core.unload_model(name, None)
-                except GatewayError as exc:
-                    log.warning("TF Serving: unloading '%s': %s", name, exc.message)
-
-    async def _mount_and_load(
-        self, model: TfModel, signatures: dict[str, list[int]], publish: bool = False
-    ) -> None:
-        """Mount the model's served signatures (served_signatures()) and load it again,
-        then all of its signature models together (as at start); requests see the new
-        signatures after, and the model itself when `publish` (a model of a new config;
-        one not served before as soon as its own model has loaded). Every load is tried;
-        TfsError for the first that failed (requests then see the signatures as they
-        were, which the versions kept serving have)."""
-        name = model.name
-        before = set(self.tfs.model_mounts(model, self.tfs.signatures.get(name, {})))
-        mounts = self.tfs.model_mounts(model, signatures)
-        await self.core.set_mounts(mounts)
-        failures: list[GatewayError] = []
-
-        async def load(target: str) -> None:
             try:
-                await self.core.load_model(target, None)
+                await self.core.unload_model(name, None)
+            except NotFound:
+                pass  # never loaded
             except GatewayError as exc:
-                failures.append(exc)
+                log.warning("TF Serving: unloading '%s': %s", name, exc.message)
 
-        await load(name)
-        if publish and name not in self.tfs.signatures:  # a new model: requests may come
-            self.tfs.models = {**self.tfs.models, name: model}  # now (a signature's model
-            self.tfs.signatures[name] = signatures  # not loaded yet loads on its first)
-        await asyncio.gather(*(load(target) for target in sorted(set(mounts) - {name})))
-        if publish:
-            self.tfs.models = {**self.tfs.models, name: model}
-        if failures and name in self.tfs.signatures:  # the versions it had serve on
-            raise from_gateway(failures[0])
+    async def _mount_and_load(self, model: TfModel, signatures: dict[str, list[int]]) -> None:
+        """Serve `model` (new, or new on disk or in its config) with these signatures
+        (served_signatures()): mounted, its own model loaded again, then all of its
+        signature models together (as at start); requests see them after. TfsError for
+        the first load that failed:
+        - its own model's, for a model served before: it serves on as it was (mounts
+          and signatures), with the versions the repository kept, until the versions
+          on disk change again;
+        - its own model's, for a new one: it is served all the same (its status says
+          why it is not available), and a request's first use tries again;
+        - a signature model's: the model serves its new versions, and the failed
+          signature the versions its model kept, if any."""
+        name = model.name
+        old_model, old = self.tfs.models.get(name), self.tfs.signatures.get(name)
+        before = self.tfs.model_mounts(old_model, old) if old_model and old is not None else {}
+        mounts = self.tfs.model_mounts(model, signatures)
+        self._seen[name] = versions_of(signatures)  # (tried: not again until they change)
+        await self.core.set_mounts(mounts)
+        try:
+            await self.core.load_model(name, None)
+        except GatewayError as exc:
+            if old is not None:
+                await self._unmount(sorted(set(mounts) - set(before)))
+                await self.core.set_mounts(before)
+                raise from_gateway(exc) from None
+            failure: GatewayError | None = exc
+        else:
+            failure = None
+        if old is None:  # a new model: requests may come now (a signature's model not
+            self.tfs.models = {**self.tfs.models, name: model}  # loaded yet loads on
+            self.tfs.signatures[name] = signatures  # its first request)
+        results = await asyncio.gather(
+            *(self.core.load_model(t, None) for t in sorted(set(mounts) - {name})),
+            return_exceptions=True,
+        )
+        self.tfs.models = {**self.tfs.models, name: model}
         self.tfs.signatures[name] = signatures
-        gone = sorted(before - set(mounts))  # signatures no served version has now
-        await self._unload(gone)
-        await self.core.set_mounts(dict.fromkeys(gone))
+        await self._unmount(sorted(set(before) - set(mounts)))  # no served version has them
         for key in [k for k in self.tfs.signature_defs if k[0] == name]:
             del self.tfs.signature_defs[key]
-        if failures:
-            raise from_gateway(failures[0])
+        for result in results:
+            if isinstance(result, GatewayError):
+                failure = failure or result
+            elif isinstance(result, BaseException):
+                raise result
+        if failure is not None:
+            raise from_gateway(failure)

@@ -104,7 +104,7 @@ def mount_config(
         "parameters": parameters,
         "max_batch_size": batching.max_batch_size if batching else 0,
     }
-    if model.policy:
+    if model.policy:  # (shown; what loads is the mount's versions: policy_versions())
         config["version_policy"] = model.policy
     if batching:
         # TF Serving's queue holds max_enqueued_batches batches: as many requests of a
@@ -202,18 +202,23 @@ class TfServing:
 
     def mounts(self) -> dict[str, Mounted]:
         """The repository models to mount: name -> (directory, config as JSON, the
-        versions it may serve: a signature's, those that have it; the model's, any)."""
+        versions it serves: the model's, those its policy serves; a signature's, those of
+        them that have it)."""
         mounts = {}
         for model in self.models.values():
             mounts.update(self.model_mounts(model, self.signatures.get(model.name) or {}))
         return mounts
 
     def model_mounts(self, model: TfModel, signatures: dict[str, list[int]]) -> dict[str, Mounted]:
-        """One model's mounts: its own (serving_default) and one per other signature."""
+        """One model's mounts: its own (serving_default) and one per other signature,
+        for `signatures` as served_signatures() gives them."""
         mounts = {}
         for signature in {DEFAULT_SIGNATURE, *signatures}:
             config = mount_config(model, signature, self.batching, self.warmup_iterations)
-            versions = None if signature == DEFAULT_SIGNATURE else frozenset(signatures[signature])
+            if signature == DEFAULT_SIGNATURE:  # (a version without it fails to load)
+                versions = versions_of(signatures)
+            else:
+                versions = frozenset(signatures[signature])
             mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
         return mounts
 

@@ -85,6 +85,16 @@ def test_a_mount_s_version_policy_chooses_its_versions(tmp_path, strings) -> Non
     assert loaded == [1, 3] and first[0] == "1"
 
 
+def test_a_mount_s_own_versions_are_loaded_whatever_its_policy(tmp_path, strings) -> None:
+    # TF Serving's front applies its policies itself: a `specific` one naming a version
+    # not on disk serves the others, and a signature's model only its versions.
+    policy = {"specific": {"versions": [1, 9]}}
+    mount = Mount(strings, _config(policy), versions=frozenset({1}))
+    repository = _repository(tmp_path, {"words": mount})
+    loaded, first = _served(repository, "words", "")
+    assert loaded == [1] and first[0] == "1"
+
+
 def test_a_link_out_of_a_mounted_directory_is_refused(tmp_path, strings) -> None:
     base = tmp_path / "linked"
     base.mkdir()

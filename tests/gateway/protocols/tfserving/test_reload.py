@@ -10,9 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from accel_base.errors import Unavailable
+from accel_base.errors import NotFound, Unavailable
 from gateway.protocols.tfserving.errors import TfsError
-from gateway.protocols.tfserving.reload import Reloader
+from gateway.protocols.tfserving.reload import Polling, Reloader
 from gateway.protocols.tfserving.served import TfModel, TfServing, policy_versions
 from gateway.tools.tfserving.command import _beside
 
@@ -83,7 +83,11 @@ class RecordingCore:
         self.loaded.add(name)
 
     async def unload_model(self, name: str, config: object) -> None:
+        # Unmounted first: a request's first use cannot load it again after.
+        assert name not in self.mounts, f"{name} unloaded while still mounted"
         self.calls.append(("unload", name))
+        if name not in self.loaded:
+            raise NotFound(f"model '{name}' is not loaded")
         self.loaded.discard(name)
 
 
@@ -114,16 +118,83 @@ def test_a_new_version_loads_the_model_then_its_signatures(tmp_path) -> None:
     assert core.calls == []
 
 
-def test_a_failed_load_leaves_the_signatures_of_the_versions_serving(tmp_path) -> None:
+def test_a_failed_load_leaves_the_model_serving_as_it_was(tmp_path) -> None:
     core = RecordingCore({"m", "m:old", "m:kept"}, failing={"m"})
     reloader, tfs, base = _polled(tmp_path, core)
-    _save(base, 2, "serving_default", "old")
+    mounted = dict(core.mounts)
+    _save(base, 2, "serving_default", "old", "new")
     with pytest.raises(TfsError):  # (the poll logs it and goes on)
         asyncio.run(reloader.poll_versions())
-    assert core.calls == [("load", "m"), ("load", "m:old")]  # every load tried
-    # Version 1 serves on (the repository keeps it), and with it `kept`.
+    # Its signatures do not load: version 1 serves on (the repository keeps it), with
+    # its signatures as they were mounted, and `new` is mounted no more.
+    assert core.calls == [("load", "m"), ("unload", "m:new")]
     assert tfs.signatures["m"] == {"kept": [1], "old": [1], "serving_default": [1]}
+    assert core.mounts == mounted
     assert core.loaded == {"m", "m:old", "m:kept"}
+    # The next change on disk is tried.
+    core.failing.clear()
+    core.calls.clear()
+    _save(base, 3, "serving_default", "old")
+    asyncio.run(reloader.poll_versions())
+    assert core.calls == [("load", "m"), ("load", "m:old"), ("unload", "m:kept")]
+    assert tfs.signatures["m"] == {"old": [3], "serving_default": [3]}
+    assert core.mounts["m:old"][2] == {3} and core.mounts["m"][2] == {3}
+
+
+def test_a_signature_that_fails_leaves_the_new_versions_served(tmp_path) -> None:
+    core = RecordingCore({"m", "m:old", "m:kept"}, failing={"m:kept"})
+    reloader, tfs, base = _polled(tmp_path, core)
+    _save(base, 2, "serving_default", "kept")
+    with pytest.raises(TfsError):
+        asyncio.run(reloader.poll_versions())
+    # The model serves version 2 now: its signatures are version 2's (`kept` serves
+    # what its repository model kept), and `old`, which version 2 lacks, is gone.
+    assert tfs.signatures["m"] == {"kept": [2], "serving_default": [2]}
+    assert "m:old" not in core.mounts and "m:old" not in core.loaded
+    core.calls.clear()
+    asyncio.run(reloader.poll_versions())  # nothing changed on disk: not tried again
+    assert core.calls == []
+
+
+def test_a_changed_model_that_fails_to_load_serves_on_as_configured(tmp_path) -> None:
+    core = RecordingCore({"m", "m:old", "m:kept"})
+    reloader, tfs, base = _polled(tmp_path, core)
+    mounted, before = dict(core.mounts), tfs.models["m"]
+    moved = tmp_path / "moved"
+    _save(moved, 1, "serving_default")
+    core.failing.add("m")
+    with pytest.raises(TfsError):
+        asyncio.run(reloader.apply({"m": TfModel("m", moved)}))
+    assert tfs.models["m"] is before and core.mounts == mounted
+    assert tfs.signatures["m"] == {"kept": [1], "old": [1], "serving_default": [1]}
+
+
+def test_a_dropped_model_is_unmounted_then_unloaded(tmp_path) -> None:
+    core = RecordingCore({"m", "m:old"})  # (m:kept never loaded)
+    reloader, tfs, _ = _polled(tmp_path, core)
+    asyncio.run(reloader.apply({}))
+    assert core.mounts == {} and core.loaded == set()
+    assert tfs.models == {} and tfs.signatures == {}
+
+
+def test_stopping_ends_a_reload_under_way(tmp_path) -> None:
+    class Stuck(RecordingCore):
+        async def load_model(self, name: str, config: object) -> None:
+            await asyncio.Event().wait()
+
+    async def scenario() -> asyncio.Task:
+        reloader, tfs, base = _polled(tmp_path, Stuck(set()))
+        polling = asyncio.create_task(reloader.run(Polling(versions_s=0)))
+        models = {**tfs.models, "n": TfModel("n", base)}
+        asking = asyncio.create_task(reloader.apply(models))
+        await asyncio.sleep(0.05)
+        (applying,) = reloader._applying  # loading `n`, for ever
+        polling.cancel()
+        await asyncio.gather(polling, asking, return_exceptions=True)
+        return applying
+
+    task = asyncio.run(scenario())
+    assert task.cancelled()
 
 
 def test_a_version_still_being_written_is_looked_at_again(tmp_path) -> None:
