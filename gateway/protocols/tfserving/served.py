@@ -94,7 +94,11 @@ def mount_config(
 ) -> dict[str, Any]:
     """`warmup_iterations`: how often each of a version's warm-up records is replayed
     before it serves (0: they are not)."""
-    parameters = {"signature_name": {"string_value": signature}}
+    # Threads of the server's process, as TF Serving runs every model: one TensorFlow
+    # runtime for all of them, where a worker process each would import it again (a few
+    # seconds and a few hundred MB per signature and version).
+    parameters = {"signature_name": {"string_value": signature},
+                  "execution": {"string_value": "thread"}}  # fmt: skip
     if warmup_iterations > 0:
         parameters["tf_serving_warmup"] = {"string_value": "true"}
         parameters["tf_serving_warmup_iterations"] = {"string_value": str(warmup_iterations)}
