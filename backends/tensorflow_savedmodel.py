@@ -148,7 +148,7 @@ class SavedModelBackend(BucketedBackend):
                 from backends.tfserving.session import SessionSignature
 
                 try:
-                    self._loaded = SessionSignature(artifact, signature_name)
+                    self._loaded = SessionSignature(artifact, signature_name, self._tf_device)
                 except KeyError as exc:
                     raise BackendUnavailable(f"model '{name}': {exc.args[0]}") from None
                 except Exception:  # not that case: the TF2 loader's reason is the one

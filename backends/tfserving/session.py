@@ -29,12 +29,21 @@ def _spec(tensor: tf.Tensor, alias: str) -> tf.TensorSpec:
 class SessionSignature:
     """One signature of a TF1 SavedModel, in a session of its own."""
 
-    def __init__(self, directory: Path, signature_name: str) -> None:
+    def __init__(self, directory: Path, signature_name: str, device: str) -> None:
+        """`device`: TensorFlow's name of the device the model was placed on (a graph
+        of its own does not take the caller's device scope)."""
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph)
-        with self._graph.as_default():
+        try:
+            self._read(directory, signature_name, device)
+        except BaseException:
+            self._session.close()
+            raise
+
+    def _read(self, directory: Path, signature_name: str, device: str) -> None:
+        with self._graph.as_default(), tf.device(device):
             meta_graph = tf.compat.v1.saved_model.loader.load(
-                self._session, [SERVE_TAG], str(directory)
+                self._session, [SERVE_TAG], str(directory), clear_devices=True
             )
         signatures = meta_graph.signature_def
         if signature_name not in signatures:

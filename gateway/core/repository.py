@@ -217,6 +217,9 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         except GatewayError as exc:
             entry.error = self._relative(exc.message)  # the index shows why
             raise
+        except OSError as exc:  # its directory gone or unreadable while it was read
+            entry.error = f"model '{name}': cannot read its directory: {exc.strerror or exc}"
+            raise Unavailable(entry.error) from None
         entry.error = ""
         entry.override = config_json
         entry.fingerprint = fingerprint(model_dir)

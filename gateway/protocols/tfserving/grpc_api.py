@@ -119,7 +119,9 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             response = await answer()
         except (TfsError, GatewayError) as exc:
-            self.tfs.metrics.record(request.model_spec.name, _tfs_error(exc).code.name)
+            name = request.model_spec.name
+            self.tfs.metrics.record(name, _tfs_error(exc).code.name,
+                                    known=name in self.tfs.models)  # fmt: skip
             await _abort(context, exc)
             return None
         micros = int((time.perf_counter() - start) * 1e6)

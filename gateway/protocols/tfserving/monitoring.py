@@ -9,8 +9,10 @@ as TF Serving does, and the gateway's own metrics follow on the same page.
   gRPC (entrypoint `GRPC`), the URL's verb or "" over REST (entrypoint `REST`), in TF
   Serving's buckets (10 µs growing by 1.8, 33 of them, then +Inf).
 
-A client names the model, so at most MAX_MODELS names are kept apart; requests for more
-are counted under OTHER_MODELS (a page must not grow without bound).
+A client names the model, so only a served model's name is kept apart (one the fronts
+know, or once a request for it has succeeded), at most MAX_MODELS of them; requests for
+other names are counted under OTHER_MODELS: a page must not grow without bound, nor
+made-up names push the real models off it.
 """
 
 from __future__ import annotations
@@ -72,18 +74,18 @@ class RequestMetrics:
         self.latencies: dict[tuple[str, str, str], _Latency] = {}
         self._models: set[str] = set()
 
-    def _model(self, name: str) -> str:
+    def _model(self, name: str, served: bool) -> str:
         if name not in self._models:
-            if len(self._models) >= MAX_MODELS:
+            if not served or len(self._models) >= MAX_MODELS:
                 return OTHER_MODELS
             self._models.add(name)
         return name
 
     def record(self, model: str, status: str, api: str = "", entrypoint: str = "",
-               micros: float | None = None) -> None:  # fmt: skip
+               micros: float | None = None, known: bool = False) -> None:  # fmt: skip
         """One request: its status code's name (`OK`, `NOT_FOUND`, ...) and, when it
-        succeeded, how long it took."""
-        model = self._model(model)
+        succeeded, how long it took; `known`: the model is one the fronts serve."""
+        model = self._model(model, known or status == "OK")
         self.counts[(model, status)] = self.counts.get((model, status), 0) + 1
         if micros is not None:
             latency = self.latencies.setdefault((model, api, entrypoint), _Latency())

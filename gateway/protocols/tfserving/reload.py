@@ -29,11 +29,11 @@ from pathlib import Path
 
 import grpc
 
-from accel_base.errors import GatewayError, NotFound
 from accel_base.version_dirs import available_versions
 from backends.tfserving.signatures import ParseCache, signature_versions
 from gateway.core.interface import Core
-from gateway.protocols.tfserving.errors import TfsError, from_gateway, invalid
+from gateway.protocols.tfserving.errors import TfsError, invalid
+from gateway.protocols.tfserving.remount import mount_and_load, unmount
 from gateway.protocols.tfserving.served import (
     TfModel,
     TfServing,
@@ -122,24 +122,36 @@ class Reloader:
         return found
 
     async def poll_versions(self) -> None:
-        """Load again each model whose served versions changed on disk."""
+        """Load again each model whose served versions changed on disk; one model's
+        failure is logged and stops no other."""
         for model, listed in await asyncio.to_thread(self._listings):
-            name = model.name
-            if listed == self._listed.get(name):
+            if listed == self._listed.get(model.name):
                 continue
-            async with self._lock:
-                if self.tfs.models.get(name) is not model:  # replaced or dropped meanwhile
-                    continue
-                cache = self._parsed.setdefault(name, {})
-                found = await asyncio.to_thread(signature_versions, model.base_path, cache)
-                if versions_of(found) >= listed:  # else one is still being written:
-                    self._listed[name] = listed  # look at it again next time
-                signatures = served_signatures(model, found)
-                if versions_of(signatures) == self._seen.get(name):
-                    continue
-                log.info("TF Serving: model '%s' serves versions %s now", name,
-                         sorted(versions_of(signatures)))  # fmt: skip
-                await self._mount_and_load(model, signatures)
+            try:
+                await self._poll_model(model, listed)
+            except TfsError as exc:
+                log.error("TF Serving: model '%s': %s", model.name, exc.message)
+            except OSError as exc:  # its base path changed under the poll: the next looks
+                log.error("TF Serving: model '%s': %s", model.name, exc)
+
+    async def _poll_model(self, model: TfModel, listed: frozenset[int]) -> None:
+        name = model.name
+        async with self._lock:
+            if self.tfs.models.get(name) is not model:  # replaced or dropped meanwhile
+                return
+            cache = self._parsed.setdefault(name, {})
+            for path in [p for p in cache if int(p.parent.name) not in listed]:
+                del cache[path]  # (a version gone from disk)
+            found = await asyncio.to_thread(signature_versions, model.base_path, cache)
+            if versions_of(found) >= listed:  # else one is still being written:
+                self._listed[name] = listed  # look at it again next time
+            signatures = served_signatures(model, found)
+            if versions_of(signatures) == self._seen.get(name):
+                return
+            log.info("TF Serving: model '%s' serves versions %s now", name,
+                     sorted(versions_of(signatures)))  # fmt: skip
+            self._seen[name] = versions_of(signatures)  # (tried: not again until they change)
+            await mount_and_load(self.core, self.tfs, model, signatures)
 
     async def poll_config(self, read: Callable[[], dict[str, TfModel]]) -> None:
         try:
@@ -221,81 +233,41 @@ class Reloader:
                 raise failures[0]
 
     async def _load_anew(self, model: TfModel) -> TfsError | None:
-        """A model of a new config, mounted and loaded; its failure, logged."""
-        self._parsed[model.name] = cache = {}
-        found = await asyncio.to_thread(signature_versions, model.base_path, cache)
-        self._listed.pop(model.name, None)  # (the next poll looks at it afresh)
+        """A model of a new config, mounted and loaded; its failure, logged. A changed
+        model that failed serves on as it was configured, its state here as it was."""
+        name = model.name
+        states = (self._seen, self._listed, self._parsed)
+        kept = [state.get(name) for state in states]
+        cache: ParseCache = {}
         try:
-            await self._mount_and_load(model, served_signatures(model, found))
+            try:
+                found = await asyncio.to_thread(signature_versions, model.base_path, cache)
+            except OSError as exc:
+                raise invalid(f"model '{name}': base_path {model.base_path}: "
+                              f"{exc.strerror or exc}") from None  # fmt: skip
+            self._parsed[name] = cache
+            self._listed.pop(name, None)  # (the next poll looks at it afresh)
+            signatures = served_signatures(model, found)
+            self._seen[name] = versions_of(signatures)  # (tried: not again until they change)
+            await mount_and_load(self.core, self.tfs, model, signatures)
         except TfsError as exc:
-            log.error("TF Serving: model '%s': %s", model.name, exc.message)
+            if name in self.tfs.models and self.tfs.models[name] is not model:
+                for state, value in zip(states, kept, strict=True):
+                    if value is None:
+                        state.pop(name, None)
+                    else:
+                        state[name] = value  # type: ignore[assignment]
+            log.error("TF Serving: model '%s': %s", name, exc.message)
             return exc
+        except Exception as exc:  # (a bug: the other models' loads go on all the same)
+            log.exception("TF Serving: model '%s' could not be loaded", name)
+            return TfsError(grpc.StatusCode.INTERNAL, f"model '{name}': {exc}")
         return None
 
     async def _remove(self, name: str) -> None:
         """Stop serving a model: at once to new requests, once drained to those in flight."""
         self.tfs.models = {n: m for n, m in self.tfs.models.items() if n != name}
         signatures = self.tfs.signatures.pop(name, {})
-        await self._unmount(list(self.tfs.model_mounts(TfModel(name, Path()), signatures)))
+        await unmount(self.core, list(self.tfs.model_mounts(TfModel(name, Path()), signatures)))
         for state in (self._seen, self._listed, self._parsed):
             state.pop(name, None)
-
-    async def _unmount(self, names: list[str]) -> None:
-        """Unmount, then unload (in that order: a load on a request's first use that
-        starts after finds no model, and one under way is unloaded once it is done)."""
-        await self.core.set_mounts(dict.fromkeys(names))
-        for name in names:
-            try:
-                await self.core.unload_model(name, None)
-            except NotFound:
-                pass  # never loaded
-            except GatewayError as exc:
-                log.warning("TF Serving: unloading '%s': %s", name, exc.message)
-
-    async def _mount_and_load(self, model: TfModel, signatures: dict[str, list[int]]) -> None:
-        """Serve `model` (new, or new on disk or in its config) with these signatures
-        (served_signatures()): mounted, its own model loaded again, then all of its
-        signature models together (as at start); requests see them after. TfsError for
-        the first load that failed:
-        - its own model's, for a model served before: it serves on as it was (mounts
-          and signatures), with the versions the repository kept, until the versions
-          on disk change again;
-        - its own model's, for a new one: it is served all the same (its status says
-          why it is not available), and a request's first use tries again;
-        - a signature model's: the model serves its new versions, and the failed
-          signature the versions its model kept, if any."""
-        name = model.name
-        old_model, old = self.tfs.models.get(name), self.tfs.signatures.get(name)
-        before = self.tfs.model_mounts(old_model, old) if old_model and old is not None else {}
-        mounts = self.tfs.model_mounts(model, signatures)
-        self._seen[name] = versions_of(signatures)  # (tried: not again until they change)
-        await self.core.set_mounts(mounts)
-        try:
-            await self.core.load_model(name, None)
-        except GatewayError as exc:
-            if old is not None:
-                await self._unmount(sorted(set(mounts) - set(before)))
-                await self.core.set_mounts(before)
-                raise from_gateway(exc) from None
-            failure: GatewayError | None = exc
-        else:
-            failure = None
-        if old is None:  # a new model: requests may come now (a signature's model not
-            self.tfs.models = {**self.tfs.models, name: model}  # loaded yet loads on
-            self.tfs.signatures[name] = signatures  # its first request)
-        results = await asyncio.gather(
-            *(self.core.load_model(t, None) for t in sorted(set(mounts) - {name})),
-            return_exceptions=True,
-        )
-        self.tfs.models = {**self.tfs.models, name: model}
-        self.tfs.signatures[name] = signatures
-        await self._unmount(sorted(set(before) - set(mounts)))  # no served version has them
-        for key in [k for k in self.tfs.signature_defs if k[0] == name]:
-            del self.tfs.signature_defs[key]
-        for result in results:
-            if isinstance(result, GatewayError):
-                failure = failure or result
-            elif isinstance(result, BaseException):
-                raise result
-        if failure is not None:
-            raise from_gateway(failure)

@@ -188,7 +188,7 @@ def create_rest_app(
             micros = int((time.perf_counter() - start) * 1e6)
             tfs.metrics.record(asked[0], "OK", asked[1], "REST", micros)
             return
-        tfs.metrics.record(asked[0], error.code.name)
+        tfs.metrics.record(asked[0], error.code.name, known=asked[0] in tfs.models)
         await _reply(send, error.http_status, {"error": error.message})
 
     return app

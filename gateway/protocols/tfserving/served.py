@@ -226,6 +226,14 @@ class TfServing:
             mounts[repository_name(model.name, signature)] = (model.base_path, config, versions)
         return mounts
 
+    def forget_versions(self, model: str) -> None:
+        """Drop what was read of a TF Serving model's versions (SignatureDefs, served()
+        answers) once they changed: nothing of a version gone stays."""
+        for key in [k for k in self.signature_defs if k[0] == model]:
+            del self.signature_defs[key]
+        for key in [k for k in self._served if k[0].partition(":")[0] == model]:
+            del self._served[key]
+
     def from_repository(self, name: str) -> bool:
         """Whether `name` is served as a model of the repository (`serve`'s TF Serving
         fronts: any model, by its V2 inputs and outputs, as its one signature)."""

@@ -41,12 +41,17 @@ def read_ssl_config(path: Path, directory: Path) -> TLSFiles:
     if config.client_verify and not config.custom_ca:
         raise ConfigFileError(f"{path}: client_verify needs custom_ca, the PEM text of the CA "
                               "that client certificates must chain to")  # fmt: skip
-    directory.mkdir(mode=0o700)  # (new: nobody else can have put files there)
-    files = TLSFiles(
-        cert=_write(directory / "server.crt", config.server_cert),
-        key=_write(directory / "server.key", config.server_key),
-        client_ca=_write(directory / "ca.crt", config.custom_ca) if config.client_verify else None,
-    )
+    try:
+        directory.mkdir(mode=0o700)  # (new: nobody else can have put files there)
+        files = TLSFiles(
+            cert=_write(directory / "server.crt", config.server_cert),
+            key=_write(directory / "server.key", config.server_key),
+            client_ca=_write(directory / "ca.crt", config.custom_ca)
+            if config.client_verify else None,
+        )  # fmt: skip
+    except OSError as exc:
+        raise ConfigFileError(f"--ssl_config_file: cannot write its PEM text into "
+                              f"{directory}: {exc.strerror or exc}") from None  # fmt: skip
     try:
         files.ssl_context()
     except ConfigError as exc:  # its words name our files: say which field instead

@@ -28,6 +28,8 @@ def _config(policy: dict | None = None) -> dict:
         "platform": "tensorflow_savedmodel",
         "default_model_filename": ".",  # the version directory is the SavedModel
         "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+        # A thread, as TF Serving's front mounts them (no worker importing TensorFlow).
+        "parameters": {"execution": {"string_value": "thread"}},
         **({"version_policy": policy} if policy else {}),
     }
 

@@ -33,14 +33,22 @@ def test_counts_and_latencies_as_tf_serving_writes_them() -> None:
 
 def test_a_client_s_names_are_escaped_and_bounded(monkeypatch) -> None:
     metrics = RequestMetrics()
-    metrics.record('a"b\\c\nd', "NOT_FOUND")
+    metrics.record('a"b\\c\nd', "NOT_FOUND", known=True)
     assert 'model_name="a\\"b\\\\c\\nd"' in metrics.render()
     monkeypatch.setattr(monitoring, "MAX_MODELS", 2)
-    for name in ("x", "y", "z", "w"):
-        metrics.record(name, "NOT_FOUND")
+    for name in ("x", "y", "z"):
+        metrics.record(name, "OK")
+    metrics.record("w", "NOT_FOUND", known=True)
     page = metrics.render()
     assert 'model_name="x"' in page and 'model_name="z"' not in page
-    assert f'model_name="{monitoring.OTHER_MODELS}",status="NOT_FOUND"}} 3' in page
+    assert f'model_name="{monitoring.OTHER_MODELS}",status="OK"}} 2' in page
+    # A name no model has is never kept apart, however early it comes.
+    fresh = RequestMetrics()
+    fresh.record("made-up", "NOT_FOUND")
+    fresh.record("real", "INVALID_ARGUMENT", known=True)
+    page = fresh.render()
+    assert 'model_name="made-up"' not in page and 'model_name="real"' in page
+    assert f'model_name="{monitoring.OTHER_MODELS}",status="NOT_FOUND"}} 1' in page
 
 
 def test_the_monitoring_config_file(tmp_path) -> None:

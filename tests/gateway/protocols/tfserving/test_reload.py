@@ -118,13 +118,13 @@ def test_a_new_version_loads_the_model_then_its_signatures(tmp_path) -> None:
     assert core.calls == []
 
 
-def test_a_failed_load_leaves_the_model_serving_as_it_was(tmp_path) -> None:
+def test_a_failed_load_leaves_the_model_serving_as_it_was(tmp_path, caplog) -> None:
     core = RecordingCore({"m", "m:old", "m:kept"}, failing={"m"})
     reloader, tfs, base = _polled(tmp_path, core)
     mounted = dict(core.mounts)
     _save(base, 2, "serving_default", "old", "new")
-    with pytest.raises(TfsError):  # (the poll logs it and goes on)
-        asyncio.run(reloader.poll_versions())
+    asyncio.run(reloader.poll_versions())  # (logged: the other models' polls go on)
+    assert "TF Serving: model 'm': failed to load 'm'" in caplog.text
     # Its signatures do not load: version 1 serves on (the repository keeps it), with
     # its signatures as they were mounted, and `new` is mounted no more.
     assert core.calls == [("load", "m"), ("unload", "m:new")]
@@ -141,12 +141,12 @@ def test_a_failed_load_leaves_the_model_serving_as_it_was(tmp_path) -> None:
     assert core.mounts["m:old"][2] == {3} and core.mounts["m"][2] == {3}
 
 
-def test_a_signature_that_fails_leaves_the_new_versions_served(tmp_path) -> None:
+def test_a_signature_that_fails_leaves_the_new_versions_served(tmp_path, caplog) -> None:
     core = RecordingCore({"m", "m:old", "m:kept"}, failing={"m:kept"})
     reloader, tfs, base = _polled(tmp_path, core)
     _save(base, 2, "serving_default", "kept")
-    with pytest.raises(TfsError):
-        asyncio.run(reloader.poll_versions())
+    asyncio.run(reloader.poll_versions())
+    assert "failed to load 'm:kept'" in caplog.text
     # The model serves version 2 now: its signatures are version 2's (`kept` serves
     # what its repository model kept), and `old`, which version 2 lacks, is gone.
     assert tfs.signatures["m"] == {"kept": [2], "serving_default": [2]}
@@ -167,6 +167,34 @@ def test_a_changed_model_that_fails_to_load_serves_on_as_configured(tmp_path) ->
         asyncio.run(reloader.apply({"m": TfModel("m", moved)}))
     assert tfs.models["m"] is before and core.mounts == mounted
     assert tfs.signatures["m"] == {"kept": [1], "old": [1], "serving_default": [1]}
+    # Loaded again from its old base path (a version that did load came from the new),
+    # and nothing on disk changed: the next poll loads nothing.
+    assert core.calls == [("load", "m"), ("load", "m")]
+    core.calls.clear()
+    asyncio.run(reloader.poll_versions())
+    assert core.calls == []
+
+
+def test_a_base_path_that_cannot_be_read_fails_its_model_alone(tmp_path, monkeypatch) -> None:
+    import gateway.protocols.tfserving.reload as reload
+
+    core = RecordingCore({"m", "m:old", "m:kept"})
+    reloader, tfs, _ = _polled(tmp_path, core)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = reload.signature_versions
+
+    def versions(base: Path, cache: dict) -> dict:
+        if base == locked:
+            raise PermissionError(13, "Permission denied")
+        return real(base, cache)
+
+    monkeypatch.setattr(reload, "signature_versions", versions)
+    with pytest.raises(TfsError) as refused:
+        asyncio.run(reloader.apply({"n": TfModel("n", locked)}))  # and `m` dropped
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"base_path {locked}: Permission denied" in refused.value.message
+    assert tfs.models == {} and core.mounts == {}
 
 
 def test_a_dropped_model_is_unmounted_then_unloaded(tmp_path) -> None:

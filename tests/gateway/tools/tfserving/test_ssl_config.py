@@ -46,3 +46,12 @@ def test_what_cannot_serve_is_named(tmp_path, fields, words) -> None:
     (tmp_path / "bad.config").write_text("server_key: ")
     with pytest.raises(ConfigFileError, match="not an SSLConfig"):
         read_ssl_config(tmp_path / "bad.config", tmp_path / "u")
+
+
+def test_a_directory_already_there_is_refused_not_used(tmp_path) -> None:
+    cert = trustme.CA().issue_cert("localhost")
+    key = cert.private_key_pem.bytes().decode()
+    chain = "".join(p.bytes().decode() for p in cert.cert_chain_pems)
+    (tmp_path / "t").mkdir()  # someone else's: its files are not trusted
+    with pytest.raises(ConfigFileError, match="cannot write its PEM text"):
+        read_ssl_config(_config(tmp_path, server_key=key, server_cert=chain), tmp_path / "t")
