@@ -1,6 +1,6 @@
 """One SavedModel through TF Serving's APIs and through V2 on the same gateway, one run.
 
-    .venv/bin/python -m benchmarks.tfserving_fronts [--seconds 5] [--rounds 3]
+    .venv/bin/python -m benchmarks.tfserving_fronts [--seconds 5] [--rounds 5]
         [--concurrency 1 8 64]
 
 The digits MLP (models/tfserving, version 1: `pixels` f32[None, 64] in, `probabilities`
@@ -110,7 +110,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per front and round")
-    parser.add_argument("--rounds", type=int, default=3, help="turns of the five fronts")
+    parser.add_argument("--rounds", type=int, default=5, help="turns of the five fronts")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--client-core", type=int, default=1)
