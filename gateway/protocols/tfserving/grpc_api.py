@@ -119,10 +119,10 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             response = await answer()
         except (TfsError, GatewayError) as exc:
-            name = request.model_spec.name
-            self.tfs.metrics.record(name, _tfs_error(exc).code.name,
+            name, error = request.model_spec.name, _tfs_error(exc)
+            self.tfs.metrics.record(name, error.code.name,
                                     known=name in self.tfs.models)  # fmt: skip
-            await _abort(context, exc)
+            await _abort(context, error)
             return None
         micros = int((time.perf_counter() - start) * 1e6)
         self.tfs.metrics.record(request.model_spec.name, "OK", api, "GRPC", micros)

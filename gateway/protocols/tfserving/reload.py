@@ -150,8 +150,13 @@ class Reloader:
                 return
             log.info("TF Serving: model '%s' serves versions %s now", name,
                      sorted(versions_of(signatures)))  # fmt: skip
-            self._seen[name] = versions_of(signatures)  # (tried: not again until they change)
-            await mount_and_load(self.core, self.tfs, model, signatures)
+            await self._serve(model, signatures)
+
+    async def _serve(self, model: TfModel, signatures: dict[str, list[int]]) -> None:
+        """mount_and_load(), its versions seen first: tried, they are not tried again
+        until they change on disk."""
+        self._seen[model.name] = versions_of(signatures)
+        await mount_and_load(self.core, self.tfs, model, signatures)
 
     async def poll_config(self, read: Callable[[], dict[str, TfModel]]) -> None:
         try:
@@ -247,9 +252,7 @@ class Reloader:
                               f"{exc.strerror or exc}") from None  # fmt: skip
             self._parsed[name] = cache
             self._listed.pop(name, None)  # (the next poll looks at it afresh)
-            signatures = served_signatures(model, found)
-            self._seen[name] = versions_of(signatures)  # (tried: not again until they change)
-            await mount_and_load(self.core, self.tfs, model, signatures)
+            await self._serve(model, served_signatures(model, found))
         except TfsError as exc:
             if name in self.tfs.models and self.tfs.models[name] is not model:
                 for state, value in zip(states, kept, strict=True):

@@ -52,7 +52,7 @@ async def mount_and_load(
     try:
         await core.load_model(name, None)
     except GatewayError as exc:
-        if old_model is not None and old is not None:
+        if old_model and before:  # served before: as it was
             await _put_back(core, model, old_model, mounts, before)
             raise from_gateway(exc) from None
         failure = exc
