@@ -40,6 +40,22 @@ def usable_cores(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROU
     return max(1, cores)
 
 
+_sharers = 1  # processes that serve copies of the same models on these cores
+
+
+def share_cores(processes: int) -> None:
+    """This process is one of `processes` that each hold copies of the same models and
+    serve them at once (front processes): each copy's thread pools take their share of
+    the cores, so that together they do not ask for more threads than there are cores."""
+    global _sharers
+    _sharers = max(1, processes)
+
+
+def pool_threads() -> int:
+    """Threads for one model copy's compute pool: this process's share of the usable cores."""
+    return max(1, usable_cores() // _sharers)
+
+
 def cgroup_cpu_limit(
     cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP
 ) -> int | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from accel_base.cpu import usable_cores
+from accel_base.cpu import pool_threads
 from accel_base.errors import InvalidArgument
 from accel_base.paths import anchored, is_path_key, model_directory_of
 from accel_base.proto import model_config_pb2 as mc
@@ -70,7 +70,7 @@ def session_options(config: mc.ModelConfig, model_dir: Path | None = None) -> or
     # Left at 0, ORT sizes its pools from the machine's physical cores and pins each
     # thread to one of them, outside `taskset` or a CPU quota. Given a count, it pins
     # nothing: its threads inherit the process's affinity. So 0 means the usable cores.
-    cores = usable_cores()
+    cores = pool_threads()  # this process's share, when several hold copies
     options.intra_op_num_threads = int_parameter(config, "intra_op_thread_count") or cores
     options.inter_op_num_threads = int_parameter(config, "inter_op_thread_count") or cores
     if int_parameter(config, "execution_mode") == 1:

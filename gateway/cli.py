@@ -140,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         "process serves them itself; --workers is the same option, the name it had first)",
     )
     serve.add_argument(
+        "--front-copies",
+        choices=("on", "off"),
+        default="on",
+        help="with front processes: 'on', each front holds its own copy of every model whose "
+        "instances are CPU threads and serves it itself; 'off', every request goes to the "
+        "one process holding the models (default %(default)s)",
+    )
+    serve.add_argument(
         "--grpc-server",
         choices=GRPC_SERVERS,
         default="gateway",
@@ -366,6 +374,7 @@ def _options(
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),
         workers=args.workers,
+        front_copies=args.front_copies == "on",
         log=LogSettings(args.log_level, args.log_format, args.log_levels),
         access_log=args.access_log,
         tracing=tracing,

@@ -86,6 +86,8 @@ class ServerOptions:
     # Front processes serving HTTP and gRPC on the same ports (gateway/front_processes); 1: this
     # process serves them itself.
     workers: int = 1
+    # With front processes: each holds copies of the CPU thread models (gateway/core/copies.py).
+    front_copies: bool = True
     # Log format and levels, which the logging extension changes at run time.
     log: LogSettings = field(default_factory=LogSettings)
     # A line per inference request (model, status, duration) on accel_gateway.access.
@@ -214,8 +216,9 @@ class Gateway:
             await self.listeners.start(context)
         else:
             self.fronts = FrontSupervisor(
-                self.core, options.workers, options, logging.getLevelName(log.getEffectiveLevel())
-            )
+                self.core, options.workers, options,
+                logging.getLevelName(log.getEffectiveLevel()), options.front_copies,
+            )  # fmt: skip
             self.fronts.start()
         limits = options.limits
         self.metrics = uvicorn_server(

@@ -150,6 +150,10 @@ class ModelVersion:
         self.name = config.name
         self.version = version
         self.stats = ModelStatistics(config.name, str(version))
+        # Copies in other processes (gateway/core/copies.py): this version's number among
+        # them, and their counters as each last reported them, by process.
+        self.copy_id: int | None = None
+        self.copy_stats: dict[tuple[int, int], ModelStatistics] = {}
         self.pool = InstancePool(instances, config.name)
         self.last_used = time.monotonic()  # for eviction: least recently used goes first
         self.footprints: list[Any] = []  # placement.manager.Footprint of each instance

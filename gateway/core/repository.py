@@ -27,6 +27,7 @@ from accel_base.errors import GatewayError, InvalidArgument, NotFound, Permissio
 from accel_base.proto import model_config_pb2 as mc
 from accel_base.version_dirs import available_versions
 from gateway.core.composites import find_cycle
+from gateway.core.copies import Copies
 from gateway.core.ensemble.loading import load_ensemble
 from gateway.core.ensemble.plan import is_ensemble
 from gateway.core.lookups import Lookups
@@ -111,6 +112,8 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         # Set by the core: the socket Python models call other models on.
         self.model_calls: ModelCalls | None = None
         self.on_demand = OnDemand(self)
+        # Set by the server with front processes: who holds copies (gateway/core/copies.py).
+        self.copies: Copies | None = None
 
     def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
         """Mount each directory under its name, or (None) unmount it; loads nothing."""
@@ -250,6 +253,8 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         if errors:  # as Triton and TF Serving: a failed load keeps what was serving
             new.update({v: s for v, s in old.items() if v not in new and is_ready_state(s)})
         entry.versions = new
+        if self.copies is not None:
+            self.copies.routes_changed(name, entry)
         await self._close_versions([s for v, s in old.items() if s.model and new.get(v) is not s])
         if errors:
             failure = NoRoom if no_room else Unavailable
@@ -291,9 +296,17 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
                 calls,
             )
 
-        return await self.memory.load(
+        model = await self.memory.load(
             name, version, plan.slots, load, self.on_demand.candidates, self.on_demand.evict
         )
+        if self.copies is not None:
+            try:
+                await self.copies.copy(model, model_dir)
+            except BaseException:  # a copy that fails fails the version everywhere
+                await model.close()
+                self.memory.released(model.footprints)
+                raise
+        return model
 
     def _config(
         self, name: str, model_dir: Path, config_json: dict[str, Any] | None

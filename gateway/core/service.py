@@ -22,6 +22,7 @@ from accel_base.errors import (
 )
 from accel_base.proto import model_config_pb2 as mc
 from gateway import SERVER_NAME, __version__
+from gateway.core.copies import statistics_of
 from gateway.core.decoupled import stream_responses
 from gateway.core.directory_models import DirectoryModels
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput
@@ -227,6 +228,8 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
 
     async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """The statistics extension's rows; a router's also carry its "variants"."""
+        if self.repository.copies is not None:  # their counts are part of the answer
+            await self.repository.copies.gather()
         if not name:
             return [_statistics(m) for m in self.repository.ready_models()]
         if version:
@@ -314,7 +317,7 @@ def _printable(text: str) -> str:
 
 
 def _statistics(model: Any) -> dict[str, Any]:
-    row = model.stats.as_dict()
+    row = statistics_of(model).as_dict()
     if isinstance(model, RouterModel):
         row.update(model.variants())
     return row

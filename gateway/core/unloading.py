@@ -13,6 +13,7 @@ from typing import Any
 from accel_base.errors import NotFound
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.composites import dependents_to_unload, members
+from gateway.core.copies import Copies
 from gateway.core.model import ModelVersion
 from gateway.core.model_entry import ModelEntry, VersionState, retrieved
 from gateway.core.placement.manager import MemoryManager
@@ -27,6 +28,7 @@ class Unloading:
     memory: MemoryManager
     drain_s: float
     spares: Any
+    copies: Copies | None
     _settle: Callable[[], None]
     _loaded: Callable[[str], list[int]]
     _config_on_disk: Callable[[str], mc.ModelConfig | None]
@@ -102,6 +104,8 @@ class Unloading:
             await self._close_versions(list(old.values()))
         finally:  # whatever a close raised, no version stays UNLOADING
             entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
+            if self.copies is not None:
+                self.copies.routes_changed(entry.name, entry)
 
     async def _close_versions(self, states: list[VersionState]) -> None:
         failure = None
@@ -111,6 +115,8 @@ class Unloading:
             if state.model is not None:
                 model, state.model = state.model, None
                 try:
+                    if self.copies is not None:  # they finish what they hold first
+                        await self.copies.drop(model)
                     await _drain(model, max(deadline - loop.time(), 0.0))
                     await model.close()
                 except Exception as exc:  # the other versions are closed all the same

@@ -16,6 +16,7 @@ import operator
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from accel_base.errors import GatewayError, Internal, InvalidArgument, NotFound, Unavailable
@@ -39,6 +40,10 @@ _EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) e
 
 # The Core calls a front may ask of the host by name (gateway/core/interface.py).
 REMOTE_CALLS = MODEL_CALLS
+# A front's answers about its copies of models (gateway/front_processes/replicas.py).
+COPY_REPLIES = frozenset({"copied", "dropped", "stats", "flushed"})
+# Calls after which whether fronts serve copies may change (a log line or a trace each).
+SETTINGS_CALLS = frozenset({"update_log_settings", "update_trace_settings"})
 
 
 class FrontLink:
@@ -54,6 +59,9 @@ class FrontLink:
         self._gone: set[int] = set()  # calls whose callers went away
         self._active: set[int] = set()  # calls not answered yet
         self._tasks: set[asyncio.Task] = set()
+        # Set by the supervisor: a copy's answer, and settings that changed.
+        self.on_reply: Callable[[int, tuple], None] | None = None
+        self.on_settings: Callable[[], None] | None = None
 
     def attach(self, channel: Channel) -> None:
         self.channel = channel
@@ -73,6 +81,8 @@ class FrontLink:
                 self._gone.add(message[1])
         elif kind == "call":
             self._spawn(self._call(message))
+        elif kind in COPY_REPLIES and self.on_reply is not None:
+            self.on_reply(self.index, message)
         else:
             log.error("front %d sent an unknown message %r", self.index, kind)
 
@@ -176,6 +186,8 @@ class FrontLink:
                 result = await result
             if method == "model_config":
                 result = result.SerializeToString()
+            elif method in SETTINGS_CALLS and self.on_settings is not None:
+                self.on_settings()
             limit = channel.limit if channel is not None else wire.MAX_MESSAGE_BYTES
             reply, arena = wire.result_message(call, pickle.dumps(result), limit)
         except Exception as exc:  # noqa: BLE001 - a GatewayError, or a 500

@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 
+from accel_base.cpu import share_cores
 from gateway.front_processes import wire
 from gateway.front_processes.channel import Channel
 from gateway.front_processes.remote import RemoteCore
@@ -60,6 +61,7 @@ async def serve(fd: int) -> int:
         raise SystemExit(f"front: the host's first message was {kind!r}, not hello")
     options = pickle.loads(pickled)
     options.log.apply()  # the server's format and levels
+    share_cores(options.workers)  # every front holds copies of the same models
     core = RemoteCore(metadata, options.admin_token, options.shed_lag_ms)
     stop = asyncio.Event()  # the host says stop (the whole server drains)
     alone = asyncio.Event()  # a signal to this front only, as far as it knows
@@ -108,6 +110,7 @@ async def serve(fd: int) -> int:
     await listeners.stop(1.0)
     if shedding is not None:
         shedding.cancel()
+    await core.copies.close()
     core.channel.close()
     return 0
 

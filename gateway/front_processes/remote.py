@@ -23,6 +23,8 @@ from gateway.core.shared_memory_calls import SharedMemoryCalls
 from gateway.front_processes import bundles, wire
 from gateway.front_processes.bundler import BUNDLE_REPLIES, Bundler
 from gateway.front_processes.channel import Channel
+from gateway.front_processes.copies import MESSAGES as COPY_MESSAGES
+from gateway.front_processes.copies import FrontCopies
 from gateway.operation.drain import InFlight
 from gateway.operation.shedding import LoopShedder
 from gateway.operation.tracing.tracer import Tracing
@@ -59,6 +61,8 @@ class RemoteCore(SharedMemoryCalls):
         self._watcher: asyncio.Task | None = None
         self.on_control: Any = None  # (message) -> None for "serving" and "stop"
         self.bundler = Bundler(self)
+        # Models this front serves itself (gateway/front_processes/copies.py).
+        self.copies = FrontCopies(self._to_host)
         # Off here for good: the host traces the requests (its settings are the ones the
         # trace extension reads and changes).
         self.tracing = Tracing()
@@ -82,8 +86,14 @@ class RemoteCore(SharedMemoryCalls):
                     waiter.set_exception(wire.error_of(message))
             except Exception as exc:  # a reply it cannot read still ends the wait
                 waiter.set_exception(Internal(f"unreadable answer from the model host: {exc}"))
+        elif kind in COPY_MESSAGES:
+            self.copies.on_message(message)
         elif self.on_control is not None:
             self.on_control(message)
+
+    def _to_host(self, message: tuple) -> None:
+        if self.channel is not None and not self.channel.closed:
+            self.channel.send(message)
 
     def host_gone(self) -> None:
         """The channel closed: every call waiting fails, and new ones do at once."""
@@ -140,6 +150,9 @@ class RemoteCore(SharedMemoryCalls):
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.stopping:
             raise Unavailable("the server is shutting down; send the request elsewhere")
+        copy = self.copies.route(request.model_name, request.model_version)
+        if copy is not None:  # served here: the host never sees it
+            return await self.in_flight.serve(request.model_name, copy.infer(request))
         call = next(self._calls)
         probe = request.client_gone
         if probe is not None:

@@ -24,6 +24,7 @@ from gateway.core.service import InferenceCore
 from gateway.front_processes import wire
 from gateway.front_processes.channel import Channel
 from gateway.front_processes.host import FrontLink
+from gateway.front_processes.replicas import Replicas
 
 log = logging.getLogger("accel_gateway")
 
@@ -44,12 +45,26 @@ class _Front:
 
 
 class FrontSupervisor:
-    def __init__(self, core: InferenceCore, count: int, options: Any, log_level: str) -> None:
-        """`options`: the ServerOptions the fronts serve with (ports, limits, TLS)."""
+    def __init__(
+        self, core: InferenceCore, count: int, options: Any, log_level: str, copies: bool = True
+    ) -> None:
+        """`options`: the ServerOptions the fronts serve with (ports, limits, TLS);
+        `copies`: whether fronts hold copies of the models that may have them."""
         self.core = core
         self.options = options
         self.log_level = log_level
         self.fronts = [_Front(FrontLink(i, core)) for i in range(count)]
+        # Each front's own copies of the models that may have them (front_processes/copies.py).
+        self.replicas: Replicas | None = None
+        if copies:
+            self.replicas = Replicas(
+                core.repository, self.links,
+                lambda: not (core.access_log or core.tracing.settings.enabled),
+            )  # fmt: skip
+            core.repository.copies = self.replicas
+            for link in self.links:
+                link.on_reply = self.replicas.on_reply
+                link.on_settings = self.replicas.settings_changed
         self.serving = False
         self.stopping = False
         self._watchers: set[asyncio.Task] = set()
@@ -57,6 +72,12 @@ class FrontSupervisor:
     @property
     def links(self) -> list[FrontLink]:
         return [front.link for front in self.fronts]
+
+    def requests(self, link: FrontLink) -> int:
+        """Inference requests a front served: handed to the host, or answered by its
+        copies (as of their last report)."""
+        copies = self.replicas.served.get(link.index, 0) if self.replicas is not None else 0
+        return link.requests + copies
 
     def restarts(self) -> int:
         return sum(front.restarts for front in self.fronts)
@@ -98,6 +119,8 @@ class FrontSupervisor:
         front.started = time.monotonic()
         front.exited.clear()
         front.link.attach(channel)
+        if self.replicas is not None:
+            self.replicas.attached(front.link)
         watcher = asyncio.ensure_future(self._watch(front, channel))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
@@ -109,6 +132,8 @@ class FrontSupervisor:
             await asyncio.sleep(0.05)
         channel.close()
         front.link.detach()
+        if self.replicas is not None:
+            self.replicas.detached(front.link.index)
         if process.poll() is None:  # its channel broke: end it before a new one starts
             process.kill()
         code = await asyncio.to_thread(process.wait)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gateway.core.copies import statistics_of
 from gateway.core.placement.metrics import memory_families
 from gateway.core.repository import ModelRepository
 from gateway.core.routing.metrics import routing_families
@@ -203,12 +204,13 @@ def render(
     """The Prometheus text exposition of every ready model version, and of the GPUs;
     with `names`, only those families (TorchServe's `/metrics?name[]=...`)."""
     models = repository.ready_models()
-    families = counter_families(models)
+    counted = [_Summed(m) if getattr(m, "copy_stats", None) else m for m in models]
+    families = counter_families(counted)
     families += _worker_families(models)
     families += memory_families(repository.memory, models, family, _labels)
     families += routing_families(models, family, _labels)
     families += _gpu_families(read_gpus())
-    families += torchserve_families(models, family)
+    families += torchserve_families(counted, family)
     if fronts is not None:
         families += _front_families(fronts)
     if names:
@@ -216,15 +218,26 @@ def render(
     return "\n".join(families) + "\n"
 
 
+class _Summed:
+    """A model version whose `stats` are summed over its copies (gateway/core/copies.py)."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.stats = statistics_of(model)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
 def _front_families(fronts: Any) -> list[str]:
     """Front processes (gateway/front_processes/supervisor.py): what each handed over, restarts."""
-    requests = [({"front": str(link.index)}, link.requests) for link in fronts.links]
+    requests = [({"front": str(link.index)}, fronts.requests(link)) for link in fronts.links]
     bundles = [({"front": str(link.index)}, link.bundles) for link in fronts.links]
     bundled = [({"front": str(link.index)}, link.bundled) for link in fronts.links]
     return [
         family(
             "accel_gateway_front_requests",
-            "Inference requests each front process handed to the models",
+            "Inference requests each front process served, with its copies or through the host",
             "counter",
             requests,
         ),

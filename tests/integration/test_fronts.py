@@ -1,6 +1,6 @@
-"""Several front processes (`--workers 2`): both serve the same ports, hand their requests
-to one batcher, report one set of statistics, restart without touching the models, and
-drain on SIGTERM."""
+"""Several front processes (`--workers 2 --front-copies off`): both serve the same ports,
+hand their requests to one batcher, report one set of statistics, restart without
+touching the models, and drain on SIGTERM."""
 
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ def two_fronts(tmp_path, server_factory):
               adaptive_window=False)  # fmt: skip
     simple.build(repository)
     simple.build(repository, "simple_batched", DynamicBatching())
-    return server_factory(repository, "--workers", "2"), repository
+    # The host's one batcher behind both fronts (their own copies: test_front_copies.py).
+    return server_factory(repository, "--workers", "2", "--front-copies", "off"), repository
 
 
 def wait_until_every_front_serves(server, fronts: int = 2, timeout_s: float = 30.0) -> None:
