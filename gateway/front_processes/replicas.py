@@ -69,8 +69,9 @@ class Replicas:
         model.copy_id = copy_id
         self.held[copy_id] = (model, message)
         errors = await self._ask_all(message, "copied", copy_id, COPY_TIMEOUT_S)
-        if errors:
-            await self.drop(model)
+        if errors:  # never routed to: the copies that loaded close without a drain
+            self.held.pop(copy_id, None)
+            self._broadcast(("drop", copy_id, 0.0))
             raise Unavailable(
                 f"model '{model.name}' version {model.version}: a front process could not "
                 f"load its copy: {errors[0]}"

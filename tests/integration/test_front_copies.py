@@ -1,0 +1,193 @@
+"""Front processes with their own copies of CPU models (`--workers 2`, copies on by
+default): every front serves its copy and the server answers as one. Statistics and
+metrics sum the copies, a load or an unload reaches every copy, a new version is the one
+every front serves, a restarted front loads its copies again, and on-demand eviction
+sees the fronts' use and drops every copy."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import time
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from models import identity, simple
+from models.config_text import DynamicBatching
+from tests.conftest import wait_until
+from tests.integration.test_fronts import front_pids, front_requests
+
+SIMPLE_INPUTS = {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16),
+                 "INPUT1": np.ones((1, 16), dtype=np.int32)}  # fmt: skip
+
+
+def infer_simple(url: str, model: str = "simple", version: str = "") -> httpclient.InferResult:
+    """One request on a connection of its own (the kernel spreads connections over fronts)."""
+    client = httpclient.InferenceServerClient(url, network_timeout=30.0)
+    try:
+        tensors = []
+        for name, data in SIMPLE_INPUTS.items():
+            tensor = httpclient.InferInput(name, [1, 16], "INT32")
+            tensor.set_data_from_numpy(data)
+            tensors.append(tensor)
+        return client.infer(model, tensors, model_version=version)
+    finally:
+        client.close()
+
+
+def serve_from_every_front(server, model: str = "simple", fronts: int = 2) -> int:
+    """Requests on new connections until every front has served one; how many were sent."""
+    sent = 0
+    deadline = time.monotonic() + 30
+    while len([n for n in front_requests(server).values() if n]) < fronts:
+        assert time.monotonic() < deadline, f"not every front serves: {front_requests(server)}"
+        result = infer_simple(server.http_url, model)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(16).reshape(1, 16) + 1)
+        sent += 1
+        if sent % 20 == 0:  # fronts report their copies' counts each second, or when asked
+            httpx.get(f"http://{server.http_url}/v2/models/stats")
+    return sent
+
+
+def success_metric(server, model: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    found = re.search(rf'^nv_inference_request_success{{model="{model}",version="1"}} (\S+)$',
+                      text, re.M)  # fmt: skip
+    return float(found[1]) if found else 0.0
+
+
+@pytest.fixture
+def two_fronts(tmp_path, server_factory):
+    repository = tmp_path / "repository"
+    simple.build(repository)
+    simple.build(repository, "simple_batched", DynamicBatching())
+    server = server_factory(
+        repository, "--workers", "2", "--model-control-mode", "explicit",
+        "--load-model", "simple", "--load-model", "simple_batched",
+    )  # fmt: skip
+    return server, repository
+
+
+def test_every_front_serves_its_own_copy_and_statistics_are_summed(two_fronts):
+    server, _ = two_fronts
+    # The host loaded each model once, and each front loaded its copy.
+    wait_until(lambda: server.log().count("loaded model 'simple' version 1") == 3, 30,
+               server.log)  # fmt: skip
+    sent = serve_from_every_front(server)
+    for model in ("simple", "simple_batched"):
+        for _ in range(10):
+            infer_simple(server.http_url, model)
+    sent += 10
+    # Any front answers with every front's counts, over both protocols, and the metrics agree.
+    for _ in range(4):
+        http = httpclient.InferenceServerClient(server.http_url)
+        stats = http.get_inference_statistics("simple")["model_stats"][0]
+        http.close()
+        assert stats["inference_stats"]["success"]["count"] == sent, stats
+        assert stats["inference_count"] == sent and stats["execution_count"] == sent
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    stats = grpc.get_inference_statistics("simple_batched", as_json=True)["model_stats"][0]
+    assert int(stats["inference_stats"]["success"]["count"]) == 10
+    grpc.close()
+    assert success_metric(server, "simple") == sent
+    assert sum(front_requests(server).values()) == sent + 10
+
+
+def test_an_unload_and_a_load_reach_every_copy(two_fronts):
+    server, repository = two_fronts
+    serve_from_every_front(server)
+    http = httpclient.InferenceServerClient(server.http_url)
+    http.unload_model("simple")
+    assert not http.is_model_ready("simple")
+    for _ in range(12):  # new connections: both fronts; none serves a copy left behind
+        with pytest.raises(InferenceServerException, match="simple"):
+            infer_simple(server.http_url)
+    # A second version: once loaded, every front serves it as the latest.
+    shutil.copytree(repository / "simple" / "1", repository / "simple" / "2")
+    http.load_model("simple")
+    before = dict(front_requests(server))
+    answered_by = set()
+    deadline = time.monotonic() + 30
+    while len(answered_by) < 2:
+        assert time.monotonic() < deadline, front_requests(server)
+        assert infer_simple(server.http_url).get_response()["model_version"] == "2"
+        http.get_inference_statistics("simple")  # the fronts report their copies' counts
+        answered_by = {f for f, n in front_requests(server).items() if n > before.get(f, 0)}
+    # Version 2 alone: the default policy serves the latest version only.
+    for _ in range(6):
+        with pytest.raises(InferenceServerException, match="version 1"):
+            infer_simple(server.http_url, version="1")
+    http.close()
+
+
+def test_a_restarted_front_loads_its_copies_again_and_counts_carry_on(two_fronts):
+    server, _ = two_fronts
+    sent = serve_from_every_front(server)
+    http = httpclient.InferenceServerClient(server.http_url)
+    stats = http.get_inference_statistics("simple")["model_stats"][0]  # reported in full
+    assert stats["inference_stats"]["success"]["count"] == sent
+    victim = front_pids(server)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: len(front_pids(server)) == 2 and victim not in front_pids(server), 30)
+    wait_until(lambda: server.log().count("loaded model 'simple' version 1") == 4, 30,
+               server.log)  # fmt: skip
+    for _ in range(20):
+        infer_simple(server.http_url)
+    stats = http.get_inference_statistics("simple")["model_stats"][0]
+    http.close()
+    # What the killed front had reported is kept; the new one counts from zero.
+    assert stats["inference_stats"]["success"]["count"] == sent + 20
+
+
+@pytest.fixture
+def on_demand(tmp_path, server_factory):
+    """Copies of identity_int32 that book 100 MB each, in a host budget of 300 MB."""
+    built = identity.build_one(tmp_path / "built", "int32")
+    root = tmp_path / "repository"
+    for name in ("a", "b", "c", "d"):
+        shutil.copytree(tmp_path / "built" / built, root / name)
+        config = root / name / "config.pbtxt"
+        text = config.read_text().replace('name: "identity_int32"', f'name: "{name}"')
+        config.write_text(
+            text + '\nparameters { key: "memory_bytes" value: { string_value: "100MB" } }\n'
+        )
+    return server_factory(
+        root, "--workers", "2", "--model-control-mode", "on-demand",
+        "--host-memory-budget", "300MB", "--memory-reserve", "0",
+    )  # fmt: skip
+
+
+def infer_identity(server, model: str, value: int) -> np.ndarray:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    try:
+        tensor = httpclient.InferInput("INPUT0", [1, 3], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 3), value, np.int32))
+        return client.infer(model, [tensor]).as_numpy("OUTPUT0")
+    finally:
+        client.close()
+
+
+def test_eviction_sees_the_fronts_use_and_drops_every_copy(on_demand):
+    server = on_demand
+    for name in ("a", "b", "c"):
+        infer_identity(server, name, 1)
+    # `a` is used again through the fronts' copies only: the host learns of it from them.
+    for value in range(10):
+        np.testing.assert_array_equal(infer_identity(server, "a", value), np.full((1, 3), value))
+    http = httpclient.InferenceServerClient(server.http_url)
+    http.get_inference_statistics()  # every front's counts, as of now
+    infer_identity(server, "d", 2)  # no room: the least recently used goes, which is `b`
+    states = {row["name"]: row["state"] for row in http.get_model_repository_index()}
+    assert states == {"a": "READY", "b": "UNAVAILABLE", "c": "READY", "d": "READY"}, states
+    # No front serves `b` from a copy left behind: it loads again on its next request.
+    loads = server.log().count("loaded model 'b'")
+    np.testing.assert_array_equal(infer_identity(server, "b", 5), np.full((1, 3), 5))
+    assert server.log().count("loaded model 'b'") == loads + 3  # the host and both fronts
+    http.close()
