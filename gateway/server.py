@@ -109,14 +109,8 @@ class ServerOptions:
             raise ConfigError(str(exc)) from None
         if self.workers < 1:
             raise ConfigError(f"--workers must be at least 1 (or auto), not {self.workers}")
-        if self.workers > 1:
-            if self.allow_shared_memory:
-                raise ConfigError(
-                    "--allow-shared-memory needs --workers 1: a region registered through "
-                    "one front process would be unknown to the others"
-                )
-            if 0 in (self.http_port, self.grpc_port):
-                raise ConfigError("--workers above 1 needs fixed HTTP and gRPC ports, not 0")
+        if self.workers > 1 and 0 in (self.http_port, self.grpc_port):
+            raise ConfigError("--workers above 1 needs fixed HTTP and gRPC ports, not 0")
         check_management_exposure(
             self.host,
             self.admin_token,

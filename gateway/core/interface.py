@@ -147,11 +147,11 @@ class Core(Protocol):
 
     # ---- shared memory (Triton's extensions) -----------------------------------------
 
-    def register_system_shared_memory(
+    async def register_system_shared_memory(
         self, name: Any, key: Any, offset: Any, byte_size: Any, token: str | None
     ) -> None: ...
 
-    def unregister_system_shared_memory(self, name: str, token: str | None) -> None: ...
+    async def unregister_system_shared_memory(self, name: str, token: str | None) -> None: ...
 
     def system_shared_memory_status(self, name: str = "") -> list[dict[str, Any]]: ...
 

@@ -33,7 +33,7 @@ from gateway.core.repository import ModelRepository
 from gateway.core.routing.router import RouterModel
 from gateway.core.scheduling.pool import instance_state
 from gateway.core.shared_memory import SharedMemoryRegistry
-from gateway.core.shared_memory_calls import SharedMemoryCalls
+from gateway.core.shared_memory_calls import SharedMemoryCalls, with_output_regions
 from gateway.core.streamed import stream_answers
 from gateway.operation.drain import InFlight
 from gateway.operation.log_settings import LogSettings, LogSettingsCalls
@@ -213,16 +213,7 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         model = await self._model(request.model_name, request.model_version)
-        # Output regions are checked before the model runs, so a bad one costs no compute.
-        targets = self.shared_memory.output_targets(request.outputs) if request.outputs else None
-        if not targets:
-            return await model.infer(request)
-        try:
-            response = await model.infer(request)
-            self.shared_memory.write_outputs(targets, response)
-        finally:
-            self.shared_memory.release_targets(targets)
-        return response
+        return await with_output_regions(self.shared_memory, request, model.infer)
 
     # ---- statistics ------------------------------------------------------------------
 

@@ -5,9 +5,11 @@ fronts talk to (the server's InferenceCore, a front process's RemoteCore): both 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from accel_base.errors import GatewayError, InvalidArgument, PermissionDenied
+from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.shared_memory import SharedMemoryRegistry
 
 NO_CUDA = (
@@ -21,6 +23,24 @@ class Unimplemented(GatewayError):
 
     http_status = 501
     grpc_status = "UNIMPLEMENTED"
+
+
+async def with_output_regions(
+    registry: SharedMemoryRegistry,
+    request: InferRequest,
+    run: Callable[[InferRequest], Awaitable[InferResponse]],
+) -> InferResponse:
+    """`run(request)`, with the outputs it asks for in shared memory written there. The
+    regions are checked before it runs, so a bad one costs no compute."""
+    targets = registry.output_targets(request.outputs) if request.outputs else None
+    if not targets:
+        return await run(request)
+    try:
+        response = await run(request)
+        registry.write_outputs(targets, response)
+    finally:
+        registry.release_targets(targets)
+    return response
 
 
 class SharedMemoryCalls:
@@ -39,14 +59,14 @@ class SharedMemoryCalls:
 
     # ---- system shared memory --------------------------------------------------------
 
-    def register_system_shared_memory(
+    async def register_system_shared_memory(
         self, name: Any, key: Any, offset: Any, byte_size: Any, token: str | None
     ) -> None:
         if self.shared_memory.enabled:  # when off, the registry says so, token or not
             self.check_token(token)
         self.shared_memory.register(name, key, offset, byte_size)
 
-    def unregister_system_shared_memory(self, name: str, token: str | None) -> None:
+    async def unregister_system_shared_memory(self, name: str, token: str | None) -> None:
         self.check_token(token)
         self.shared_memory.unregister(name)
 

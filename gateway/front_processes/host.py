@@ -16,7 +16,7 @@ import operator
 import pickle
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from accel_base.errors import GatewayError, Internal, InvalidArgument, NotFound, Unavailable
@@ -38,12 +38,14 @@ log = logging.getLogger(__name__)
 # host's per-request cost bounds what N fronts serve together (benchmarks/model_host.py).
 _EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 
-# The Core calls a front may ask of the host by name (gateway/core/interface.py).
-REMOTE_CALLS = MODEL_CALLS
 # A front's answers about its copies of models (gateway/front_processes/replicas.py).
 COPY_REPLIES = frozenset({"copied", "dropped", "stats", "flushed"})
+# Calls whose change every front's shared-memory mirror follows (front_processes/regions.py).
+REGION_CALLS = frozenset({"register_system_shared_memory", "unregister_system_shared_memory"})
 # Calls after which whether fronts serve copies may change (a log line or a trace each).
 SETTINGS_CALLS = frozenset({"update_log_settings", "update_trace_settings"})
+# The Core calls a front may ask of the host by name (gateway/core/interface.py).
+REMOTE_CALLS = MODEL_CALLS | REGION_CALLS
 
 
 class FrontLink:
@@ -62,6 +64,8 @@ class FrontLink:
         # Set by the supervisor: a copy's answer, and settings that changed.
         self.on_reply: Callable[[int, tuple], None] | None = None
         self.on_settings: Callable[[], None] | None = None
+        self.on_region: Callable[[str, bytes], Awaitable[None]] | None = None
+        self.on_region_done: Callable[[int, tuple], None] | None = None
 
     def attach(self, channel: Channel) -> None:
         self.channel = channel
@@ -83,6 +87,8 @@ class FrontLink:
             self._spawn(self._call(message))
         elif kind in COPY_REPLIES and self.on_reply is not None:
             self.on_reply(self.index, message)
+        elif kind == "region_done" and self.on_region_done is not None:
+            self.on_region_done(self.index, message)
         else:
             log.error("front %d sent an unknown message %r", self.index, kind)
 
@@ -188,6 +194,8 @@ class FrontLink:
                 result = result.SerializeToString()
             elif method in SETTINGS_CALLS and self.on_settings is not None:
                 self.on_settings()
+            elif method in REGION_CALLS and self.on_region is not None:
+                await self.on_region(method, arguments)
             limit = channel.limit if channel is not None else wire.MAX_MESSAGE_BYTES
             reply, arena = wire.result_message(call, pickle.dumps(result), limit)
         except Exception as exc:  # noqa: BLE001 - a GatewayError, or a 500

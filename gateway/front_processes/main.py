@@ -62,7 +62,9 @@ async def serve(fd: int) -> int:
     options = pickle.loads(pickled)
     options.log.apply()  # the server's format and levels
     share_cores(options.workers)  # every front holds copies of the same models
-    core = RemoteCore(metadata, options.admin_token, options.shed_lag_ms)
+    core = RemoteCore(
+        metadata, options.admin_token, options.shed_lag_ms, options.allow_shared_memory
+    )
     stop = asyncio.Event()  # the host says stop (the whole server drains)
     alone = asyncio.Event()  # a signal to this front only, as far as it knows
     drain_s = options.drain_seconds

@@ -19,12 +19,13 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.interface import Mounted
 from gateway.core.shared_memory import SharedMemoryRegistry
-from gateway.core.shared_memory_calls import SharedMemoryCalls
+from gateway.core.shared_memory_calls import SharedMemoryCalls, with_output_regions
 from gateway.front_processes import bundles, wire
 from gateway.front_processes.bundler import BUNDLE_REPLIES, Bundler
 from gateway.front_processes.channel import Channel
 from gateway.front_processes.copies import MESSAGES as COPY_MESSAGES
 from gateway.front_processes.copies import FrontCopies
+from gateway.front_processes.regions import mirror
 from gateway.operation.drain import InFlight
 from gateway.operation.shedding import LoopShedder
 from gateway.operation.tracing.tracer import Tracing
@@ -34,12 +35,15 @@ CLIENT_CHECK_S = 0.05  # how often waiting calls' clients are checked
 
 
 class RemoteCore(SharedMemoryCalls):
-    """The shared-memory extension is off in a front: a region registered through one
-    would be unknown to the others (the server refuses --allow-shared-memory with
-    --workers above 1)."""
+    """Shared-memory regions: the front maps each one itself, in a mirror of the host's
+    registry that the host keeps up to date (front_processes/regions.py)."""
 
     def __init__(
-        self, metadata: dict[str, Any], admin_token: str | None, shed_lag_ms: float
+        self,
+        metadata: dict[str, Any],
+        admin_token: str | None,
+        shed_lag_ms: float,
+        allow_shared_memory: bool = False,
     ) -> None:
         self.metadata = metadata
         self.admin_token = admin_token
@@ -53,7 +57,7 @@ class RemoteCore(SharedMemoryCalls):
             busy=lambda: self.in_flight.count > 0,
             served=self.in_flight.served,
         )
-        self.shared_memory = SharedMemoryRegistry(enabled=False)
+        self.shared_memory = SharedMemoryRegistry(enabled=allow_shared_memory)
         self._calls = itertools.count()
         self._waiting: dict[int, asyncio.Future] = {}
         # Calls whose front can tell that their client went away (HTTP), by call.
@@ -88,6 +92,8 @@ class RemoteCore(SharedMemoryCalls):
                 waiter.set_exception(Internal(f"unreadable answer from the model host: {exc}"))
         elif kind in COPY_MESSAGES:
             self.copies.on_message(message)
+        elif kind == "region":
+            self._to_host(mirror(self.shared_memory, message))
         elif self.on_control is not None:
             self.on_control(message)
 
@@ -152,7 +158,8 @@ class RemoteCore(SharedMemoryCalls):
             raise Unavailable("the server is shutting down; send the request elsewhere")
         copy = self.copies.route(request.model_name, request.model_version)
         if copy is not None:  # served here: the host never sees it
-            return await self.in_flight.serve(request.model_name, copy.infer(request))
+            served = with_output_regions(self.shared_memory, request, copy.infer)
+            return await self.in_flight.serve(request.model_name, served)
         call = next(self._calls)
         probe = request.client_gone
         if probe is not None:
@@ -188,6 +195,19 @@ class RemoteCore(SharedMemoryCalls):
                         continue
                     if channel is not None and self._waiting.get(call) is not None:
                         channel.send(("cancel", call))
+
+    async def register_system_shared_memory(
+        self, name: Any, key: Any, offset: Any, byte_size: Any, token: str | None
+    ) -> None:
+        """Registered in the host, then in every front's mirror, this one's included."""
+        if not self.shared_memory.enabled:
+            self.shared_memory.register(name, key, offset, byte_size)  # says it is off
+        self.check_token(token)
+        await self._call("register_system_shared_memory", name, key, offset, byte_size, token)
+
+    async def unregister_system_shared_memory(self, name: str, token: str | None) -> None:
+        self.check_token(token)
+        await self._call("unregister_system_shared_memory", name, token)
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         return await self._call("model_ready", name, version)

@@ -10,7 +10,6 @@ Python models, the SageMaker, TorchServe and TF Serving fronts) use it.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import pickle
@@ -24,6 +23,7 @@ from gateway.core.copies import copyable, routes
 from gateway.core.model import ModelVersion
 from gateway.core.model_entry import ModelEntry
 from gateway.core.statistics import ModelStatistics, merged
+from gateway.front_processes.asking import AskingFronts
 from gateway.front_processes.host import FrontLink
 
 log = logging.getLogger(__name__)
@@ -37,19 +37,18 @@ def _answered(stats: ModelStatistics) -> int:
     return stats.success.count + stats.fail.count
 
 
-class Replicas:
+class Replicas(AskingFronts):
     def __init__(self, repository: Any, links: list[FrontLink], local: Callable[[], bool]) -> None:
         """`local`: whether fronts may serve their copies now (not while the host logs or
         traces each request)."""
+        super().__init__(links)
         self.repository = repository
-        self.links = links
         self.local = local
         # By copy id: the host's version and the message that loads its copies.
         self.held: dict[int, tuple[ModelVersion, tuple]] = {}
         self.routes: dict[str, dict[str, int]] = {}
         self._ids = itertools.count(1)
         self._flushes = itertools.count(1)
-        self._waits: dict[tuple[str, int, int], asyncio.Future] = {}  # (reply, key, front)
         # A front's counters by (front, its start): a restarted front counts from zero.
         self._starts: dict[int, int] = {}
         self.served: dict[int, int] = {}  # requests each front's copies answered, ever
@@ -68,10 +67,10 @@ class Replicas:
         )  # fmt: skip
         model.copy_id = copy_id
         self.held[copy_id] = (model, message)
-        errors = await self._ask_all(message, "copied", copy_id, COPY_TIMEOUT_S)
+        errors = await self.ask_all(message, "copied", copy_id, COPY_TIMEOUT_S)
         if errors:  # never routed to: the copies that loaded close without a drain
             self.held.pop(copy_id, None)
-            self._broadcast(("drop", copy_id, 0.0))
+            self.broadcast(("drop", copy_id, 0.0))
             raise Unavailable(
                 f"model '{model.name}' version {model.version}: a front process could not "
                 f"load its copy: {errors[0]}"
@@ -82,7 +81,7 @@ class Replicas:
         if copy_id is None or self.held.pop(copy_id, None) is None:
             return
         drain_s = self.repository.drain_s
-        errors = await self._ask_all(("drop", copy_id, drain_s), "dropped", copy_id,
+        errors = await self.ask_all(("drop", copy_id, drain_s), "dropped", copy_id,
                                      drain_s + DROP_MARGIN_S)  # fmt: skip
         for error in errors:
             log.warning("model '%s' version %d: %s", model.name, model.version, error)
@@ -93,13 +92,13 @@ class Replicas:
             self.routes[name] = table
         elif self.routes.pop(name, None) is None:
             return  # it had none and has none
-        self._broadcast(("routes", name, table))
+        self.broadcast(("routes", name, table))
 
     async def gather(self) -> None:
         """Every front's counters as of now (statistics are exact when asked for)."""
         if self.held:
             n = next(self._flushes)
-            await self._ask_all(("flush", n), "flushed", n, FLUSH_TIMEOUT_S)
+            await self.ask_all(("flush", n), "flushed", n, FLUSH_TIMEOUT_S)
 
     # ---- the fronts ------------------------------------------------------------------
 
@@ -114,14 +113,8 @@ class Replicas:
         for name, table in self.routes.items():
             channel.send(("routes", name, table))
 
-    def detached(self, index: int) -> None:
-        """A front is gone: nothing waits for its answers."""
-        for (_, _, front), waiter in list(self._waits.items()):
-            if front == index and not waiter.done():
-                waiter.set_result(None)
-
     def settings_changed(self) -> None:
-        self._broadcast(("local", self.local()))
+        self.broadcast(("local", self.local()))
 
     def on_reply(self, index: int, message: tuple) -> None:
         kind = message[0]
@@ -129,10 +122,9 @@ class Replicas:
             self._counted(index, message[1])
             return
         key, result = message[1], message[2] if kind == "copied" else None
-        waiter = self._waits.get((kind, key, index))
-        if waiter is not None and not waiter.done():
-            waiter.set_result(result)
-        elif result is not None and key in self.held:  # a restarted front's: it serves
+        if self.answered(kind, key, index, result):
+            return
+        if result is not None and key in self.held:  # a restarted front's: it serves
             log.error(  # through the host's instance instead
                 "front %d could not load its copy of model '%s': %s",
                 index, self.held[key][0].name, result,
@@ -162,33 +154,3 @@ class Replicas:
             parts = [model.copy_stats.pop(key) for key in old]
             previous = model.copy_stats.pop((index, -1), None)
             model.copy_stats[(index, -1)] = merged(parts + ([previous] if previous else []))
-
-    def _broadcast(self, message: tuple) -> None:
-        for link in self.links:
-            if link.channel is not None and not link.channel.closed:
-                link.channel.send(message)
-
-    async def _ask_all(self, message: tuple, reply: str, key: int, timeout_s: float) -> list[str]:
-        """Send `message` to every front and wait for each one's `reply`; the errors,
-        one per front that failed or did not answer in time."""
-        loop = asyncio.get_running_loop()
-        waiting: dict[int, asyncio.Future] = {}
-        for link in self.links:
-            if link.channel is None or link.channel.closed:
-                continue  # when it starts again it gets what there is then
-            waiter = waiting[link.index] = loop.create_future()
-            self._waits[(reply, key, link.index)] = waiter
-            link.channel.send(message)
-        try:
-            if waiting:
-                await asyncio.wait(waiting.values(), timeout=timeout_s)
-        finally:
-            for index in waiting:
-                self._waits.pop((reply, key, index), None)
-        errors = []
-        for index, waiter in waiting.items():
-            if not waiter.done():
-                errors.append(f"front {index} did not answer in {timeout_s:.0f} s")
-            elif waiter.result() is not None:
-                errors.append(f"front {index}: {waiter.result()}")
-        return errors

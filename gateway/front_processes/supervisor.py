@@ -24,6 +24,7 @@ from gateway.core.service import InferenceCore
 from gateway.front_processes import wire
 from gateway.front_processes.channel import Channel
 from gateway.front_processes.host import FrontLink
+from gateway.front_processes.regions import Regions
 from gateway.front_processes.replicas import Replicas
 
 log = logging.getLogger("accel_gateway")
@@ -65,9 +66,20 @@ class FrontSupervisor:
             for link in self.links:
                 link.on_reply = self.replicas.on_reply
                 link.on_settings = self.replicas.settings_changed
+        # Every front's mirror of the shared-memory regions (front_processes/regions.py).
+        self.regions: Regions | None = None
+        if core.shared_memory.enabled:
+            self.regions = Regions(core.shared_memory, self.links)
+            for link in self.links:
+                link.on_region = self.regions.changed
+                link.on_region_done = self.regions.on_reply
         self.serving = False
         self.stopping = False
         self._watchers: set[asyncio.Task] = set()
+
+    def _followers(self) -> list[Replicas | Regions]:
+        """What every front keeps a copy of: models, shared-memory regions."""
+        return [f for f in (self.replicas, self.regions) if f is not None]
 
     @property
     def links(self) -> list[FrontLink]:
@@ -119,8 +131,8 @@ class FrontSupervisor:
         front.started = time.monotonic()
         front.exited.clear()
         front.link.attach(channel)
-        if self.replicas is not None:
-            self.replicas.attached(front.link)
+        for follower in self._followers():
+            follower.attached(front.link)
         watcher = asyncio.ensure_future(self._watch(front, channel))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
@@ -132,8 +144,8 @@ class FrontSupervisor:
             await asyncio.sleep(0.05)
         channel.close()
         front.link.detach()
-        if self.replicas is not None:
-            self.replicas.detached(front.link.index)
+        for follower in self._followers():
+            follower.detached(front.link.index)
         if process.poll() is None:  # its channel broke: end it before a new one starts
             process.kill()
         code = await asyncio.to_thread(process.wait)

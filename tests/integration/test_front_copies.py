@@ -1,8 +1,9 @@
 """Front processes with their own copies of CPU models (`--workers 2`, copies on by
 default): every front serves its copy and the server answers as one. Statistics and
 metrics sum the copies, a load or an unload reaches every copy, a new version is the one
-every front serves, a restarted front loads its copies again, and on-demand eviction
-sees the fronts' use and drops every copy."""
+every front serves, a restarted front loads its copies again, on-demand eviction sees
+the fronts' use and drops every copy, and a shared-memory region registered through one
+front is used and unregistered through any."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from models import identity, simple
@@ -191,3 +193,64 @@ def test_eviction_sees_the_fronts_use_and_drops_every_copy(on_demand):
     np.testing.assert_array_equal(infer_identity(server, "b", 5), np.full((1, 3), 5))
     assert server.log().count("loaded model 'b'") == loads + 3  # the host and both fronts
     http.close()
+
+
+@pytest.fixture
+def shm_fronts(tmp_path, server_factory):
+    repository = tmp_path / "repository"
+    simple.build(repository)
+    server = server_factory(repository, "--workers", "2", "--allow-shared-memory")
+    keys = [f"/gw-fronts-{os.getpid()}-{name}" for name in ("in", "out")]
+    handles = [shm.create_shared_memory_region(name, key, 128)
+               for name, key in zip(("in", "out"), keys, strict=True)]  # fmt: skip
+    yield server, handles, keys
+    for handle in handles:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_a_region_registered_through_one_front_serves_requests_at_every_front(shm_fronts):
+    server, (inputs, outputs), (input_key, output_key) = shm_fronts
+    serve_from_every_front(server)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    shm.set_shared_memory_region(inputs, [a, np.full((1, 16), 3, np.int32)])
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)  # one connection: one front
+    grpc.register_system_shared_memory("in", input_key, 128)
+    grpc.register_system_shared_memory("out", output_key, 128)
+    before = dict(front_requests(server))
+    answered_by: set[str] = set()
+    deadline = time.monotonic() + 30
+    while len(answered_by) < 2:  # each request on a new connection, until both fronts did
+        assert time.monotonic() < deadline, front_requests(server)
+        http = httpclient.InferenceServerClient(server.http_url)
+        assert {r["name"] for r in http.get_system_shared_memory_status()} == {"in", "out"}
+        tensors = []
+        for position, name in enumerate(("INPUT0", "INPUT1")):
+            tensor = httpclient.InferInput(name, [1, 16], "INT32")
+            tensor.set_shared_memory("in", 64, offset=64 * position)
+            tensors.append(tensor)
+        wanted = []
+        for position, name in enumerate(("OUTPUT0", "OUTPUT1")):
+            output = httpclient.InferRequestedOutput(name, binary_data=True)
+            output.set_shared_memory("out", 64, offset=64 * position)
+            wanted.append(output)
+        shm.set_shared_memory_region(outputs, [np.zeros((2, 16), np.int32)])
+        http.infer("simple", tensors, outputs=wanted)
+        http.get_inference_statistics("simple")  # the fronts report their copies' counts
+        http.close()
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.int32, [1, 16]), a + 3)
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(outputs, np.int32, [1, 16], offset=64), a - 3
+        )
+        answered_by = {f for f, n in front_requests(server).items() if n > before.get(f, 0)}
+    grpc.unregister_system_shared_memory("in")
+    for _ in range(6):  # no front still knows it
+        http = httpclient.InferenceServerClient(server.http_url)
+        assert [r["name"] for r in http.get_system_shared_memory_status()] == ["out"]
+        tensor = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+        tensor.set_shared_memory("in", 64)
+        other = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+        other.set_data_from_numpy(a)
+        with pytest.raises(InferenceServerException, match="in"):
+            http.infer("simple", [tensor, other])
+        http.close()
+    grpc.close()

@@ -234,14 +234,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def SystemSharedMemoryRegister(self, request, context):
-        self.core.register_system_shared_memory(
+        await self.core.register_system_shared_memory(
             request.name, request.key, request.offset, request.byte_size, _token(context)
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_rpc
     async def SystemSharedMemoryUnregister(self, request, context):
-        self.core.unregister_system_shared_memory(request.name, _token(context))
+        await self.core.unregister_system_shared_memory(request.name, _token(context))
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_rpc

@@ -184,14 +184,15 @@ def create_app(core: Core, max_body_bytes: int = 64 * 1024 * 1024) -> FastAPI:
         key = get_string(body, "key", where)
         offset = non_negative_int(body.get("offset", 0), f"{where}: 'offset'")
         byte_size = non_negative_int(body.get("byte_size"), f"{where}: 'byte_size'")
-        core.register_system_shared_memory(name, key, offset, byte_size, bearer_token(request))
+        token = bearer_token(request)
+        await core.register_system_shared_memory(name, key, offset, byte_size, token)
         return Response(status_code=200)
 
     @app.post("/v2/systemsharedmemory/unregister")
     @app.post("/v2/systemsharedmemory/region/{name}/unregister")
     async def shm_unregister(request: Request, name: str = "") -> Response:
         await read_json(request, SHM_BODY_LIMIT)
-        core.unregister_system_shared_memory(name, bearer_token(request))
+        await core.unregister_system_shared_memory(name, bearer_token(request))
         return Response(status_code=200)
 
     # CUDA shared memory: registering is not supported; gateway/core/shared_memory_calls.py says
