@@ -52,10 +52,26 @@ def distinct_ports(ports: dict[str, int]) -> None:
         owners[number] = what
 
 
+# From this many usable cores, `auto` runs a front process per core (gateway/front_processes).
+AUTO_FRONTS_FROM_CORES = 4
+AUTO = 0  # --front-processes auto, resolved by auto_fronts once the ports are known
+
+
+def auto_fronts(ports: tuple[int, ...], cores: int | None = None) -> int:
+    """--front-processes auto: one front per usable core from AUTO_FRONTS_FROM_CORES cores
+    (each front serves its own copies of the CPU models, so fronts add throughput while
+    each has a core: benchmarks/cores.py), else one process. Also one process when a port
+    is 0 (chosen by the system: fronts must share one fixed port)."""
+    cores = usable_cores() if cores is None else cores
+    if cores < AUTO_FRONTS_FROM_CORES or 0 in ports:
+        return 1
+    return cores
+
+
 def workers_count(text: str) -> int:
-    """--workers: a positive count, or 'auto' for the cores this process may use."""
+    """--front-processes: a positive count, or 'auto' (AUTO, resolved by auto_fronts)."""
     if text == "auto":
-        return usable_cores()
+        return AUTO
     try:
         value = int(text)
     except ValueError:

@@ -10,6 +10,7 @@ from pathlib import Path
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
 from gateway import SERVER_NAME, __version__
 from gateway.arguments import (
+    auto_fronts,
     port,
     positive_float,
     positive_int,
@@ -134,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",  # its first name, kept: it is not about model worker processes
         dest="workers",
         type=workers_count,
-        default=1,
-        help="front processes serving HTTP and gRPC on the same ports, in front of one set "
-        "of models, queues and statistics; 'auto': one per usable core (default 1: this "
-        "process serves them itself; --workers is the same option, the name it had first)",
+        default="auto",
+        help="front processes serving HTTP and gRPC on the same ports, each with its own "
+        "copies of the CPU models (--front-copies), in front of one model host; 'auto' (the "
+        "default): one per usable core from 4 cores, else 1; 1: this process serves them "
+        "itself (--workers is the same option, the name it had first)",
     )
     serve.add_argument(
         "--front-copies",
@@ -373,7 +375,7 @@ def _options(
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),
-        workers=args.workers,
+        workers=args.workers or auto_fronts((args.http_port, args.grpc_port)),
         front_copies=args.front_copies == "on",
         log=LogSettings(args.log_level, args.log_format, args.log_levels),
         access_log=args.access_log,

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.arguments import distinct_ports
+from gateway.arguments import AUTO, auto_fronts, distinct_ports
 from gateway.cli import _default_repository, build_parser, main
 from gateway.operation.health_command import readiness_url, serve_arguments
 from models.build import repository_dir_name
@@ -158,3 +158,15 @@ def test_health_asks_loopback_for_a_server_on_every_address():
     assert readiness_url(options) == "http://127.0.0.1:9/v2/health/ready"
     options = build_parser().parse_args(["serve", "--host", "::", "--tls-cert", "c.pem"])
     assert readiness_url(options) == "https://[::1]:8000/v2/health/ready"
+
+
+def test_front_processes_auto_is_one_per_core_from_four_cores_and_the_default():
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).workers == AUTO
+    assert parser.parse_args(["serve", "--front-processes", "3"]).workers == 3
+    assert parser.parse_args(["serve", "--workers", "auto"]).workers == AUTO
+    assert auto_fronts((8000, 8001), cores=2) == 1  # the load or the backends need the other
+    assert auto_fronts((8000, 8001), cores=3) == 1
+    assert auto_fronts((8000, 8001), cores=4) == 4
+    assert auto_fronts((8000, 8001), cores=16) == 16
+    assert auto_fronts((0, 8001), cores=16) == 1  # fronts share fixed ports only
