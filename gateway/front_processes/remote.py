@@ -51,7 +51,7 @@ class RemoteCore(SharedMemoryCalls):
         self.serving = False
         self.stopping = False
         self.started = True
-        self.in_flight = InFlight()
+        self.in_flight = InFlight(per_model=shed_lag_ms > 0)
         self.shedder = LoopShedder(
             shed_lag_ms / 1e3,
             busy=lambda: self.in_flight.count > 0,

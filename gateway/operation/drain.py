@@ -53,8 +53,11 @@ class InFlight:
     A request is counted under the name it came with: `enter` gives the token that
     `leave` takes (a router renames the request it passes on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_model: bool = True) -> None:
         self.count = 0
+        # Per-model answers and time inside are for the shedder's admitted limit only:
+        # without it, a request costs a count up and down.
+        self.per_model = per_model
         self._models: dict[str, _Served] = {}
         self._epochs = itertools.count()
         self._idle: asyncio.Event | None = None  # made on first use, on the serving loop
@@ -71,7 +74,7 @@ class InFlight:
         """One request to `model` begins (None: a call made inside another request, a
         Python model's, counted for the drain only: its time is its caller's)."""
         self.count += 1
-        if model is None:
+        if model is None or not self.per_model:
             return None
         served = self._models.get(model)
         now = time.monotonic()

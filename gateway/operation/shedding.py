@@ -163,6 +163,8 @@ class LoopShedder:
         `waiting`: requests the asking front holds unanswered (the gRPC server's open
         unary calls), for fronts that do not count into `pending`; `counted`: the request
         asked about is in `pending` already."""
+        if self.target_lag_s <= 0:  # off: nothing to measure, nothing refused
+            return False
         if not self._asked:
             self._asked = True
             self._wake()  # the watch ticks from now on

@@ -173,6 +173,9 @@ class Admission:
         time."""
         window_s = max(MIN_WINDOW_S, WINDOW_RUNS * self.mean_s)
         shedding = self.growth.arrive(now, queued_rows, max(rows, 1), window_s)
+        exempt = requests_ahead < EXEMPT_PER_INSTANCE * self.instances
+        if exempt and deadline is None:
+            return  # its limit is infinite: no wait to predict
         wait = self.wait_s(running, queued_rows)
         if wait == 0.0:
             return
@@ -181,7 +184,7 @@ class Admission:
             limit, why = self.budget_ms / 1e3, "its queue budget"
         elif shedding:
             limit, why = self.shed_limit_s(), "what it admits while arrivals outrun service"
-        if requests_ahead < EXEMPT_PER_INSTANCE * self.instances:
+        if exempt:
             limit = math.inf
         if deadline is not None and deadline - now < limit:
             limit, why = max(deadline - now, 0.0), "the request's deadline"

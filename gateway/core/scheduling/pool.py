@@ -49,6 +49,9 @@ class InstancePool:
         """An idle instance at once, or None (then await acquire())."""
         while self._idle and not self._waiters:
             instance = self._idle.popleft()
+            if instance.running is None and not instance.retired:  # the common case, at once
+                self._overdue = False
+                return instance
             if self._usable(instance):
                 return instance
         return None
