@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
+from pathlib import Path
 
 from accel_base.cpu import usable_cores
+from gateway.core.copies import streaming_model
+
+log = logging.getLogger("accel_gateway")
 
 
 def positive_int(value: str) -> int:
@@ -57,14 +62,24 @@ AUTO_FRONTS_FROM_CORES = 4
 AUTO = 0  # --front-processes auto, resolved by auto_fronts once the ports are known
 
 
-def auto_fronts(ports: tuple[int, ...], cores: int | None = None) -> int:
+def auto_fronts(
+    ports: tuple[int, ...], cores: int | None = None, repository: Path | None = None
+) -> int:
     """--front-processes auto: one front per usable core from AUTO_FRONTS_FROM_CORES cores
     (each front serves its own copies of the CPU models, so fronts add throughput while
     each has a core: benchmarks/cores.py), else one process. Also one process when a port
-    is 0 (chosen by the system: fronts must share one fixed port)."""
+    is 0 (chosen by the system: fronts must share one fixed port), and when the
+    repository has a model that answers over a stream (decoupled), which only one
+    process serves."""
     cores = usable_cores() if cores is None else cores
     if cores < AUTO_FRONTS_FROM_CORES or 0 in ports:
         return 1
+    if repository is not None and repository.is_dir():
+        streaming = streaming_model(repository)
+        if streaming is not None:
+            log.info("one process serves the protocols: model '%s' answers over a stream, "
+                     "which front processes cannot serve", streaming)  # fmt: skip
+            return 1
     return cores
 
 

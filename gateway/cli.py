@@ -375,7 +375,7 @@ def _options(
         tls=tls,
         allow_unauthenticated_management=args.allow_unauthenticated_management,
         memory=memory_options.from_args(args),
-        workers=args.workers or auto_fronts((args.http_port, args.grpc_port)),
+        workers=args.workers or auto_fronts((args.http_port, args.grpc_port), None, repository),
         front_copies=args.front_copies == "on",
         log=LogSettings(args.log_level, args.log_format, args.log_levels),
         access_log=args.access_log,

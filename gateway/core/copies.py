@@ -15,7 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from backends import platform_info
 from gateway.core.model import ModelVersion
+from gateway.core.model_config import platform_of, read_config
 from gateway.core.model_entry import ModelEntry
 from gateway.core.scheduling import DirectScheduler, DynamicBatcher, Instance
 from gateway.core.statistics import ModelStatistics, merged
@@ -49,6 +51,21 @@ def copyable(model: object) -> bool:
     if model.scheduler.per_request:  # a Python model: the user's code, in its own process
         return False
     return all(type(i) is Instance and i.backend.device.kind == "cpu" for i in model.pool.instances)
+
+
+def streaming_model(root: Path) -> str | None:
+    """The first model in the repository `root` whose answers come over a stream
+    (decoupled, or a backend that streams), which front processes cannot serve yet: a
+    front hands a stream's request to the host as one call. None when there is none."""
+    for config_path in sorted(root.glob("*/config.pbtxt")):
+        try:
+            config = read_config(config_path.parent)
+            streams = platform_info(platform_of(config)).streams
+        except Exception:  # noqa: BLE001 - a bad config is reported when it loads
+            continue
+        if config.model_transaction_policy.decoupled or streams:
+            return config_path.parent.name
+    return None
 
 
 def routes(entry: ModelEntry) -> dict[str, int]:

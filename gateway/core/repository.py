@@ -303,8 +303,10 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
             try:
                 await self.copies.copy(model, model_dir)
             except BaseException:  # a copy that fails fails the version everywhere
-                await model.close()
-                self.memory.released(model.footprints)
+                try:
+                    await model.close()
+                finally:
+                    self.memory.released(model.footprints)
                 raise
         return model
 

@@ -100,6 +100,8 @@ class Unloading:
         old = entry.versions
         for state in old.values():
             state.state = "UNLOADING"
+        if self.copies is not None:  # no front routes to its copies from here on
+            self.copies.routes_changed(entry.name, entry)
         try:
             await self._close_versions(list(old.values()))
         finally:  # whatever a close raised, no version stays UNLOADING

@@ -26,6 +26,7 @@ from pathlib import Path
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from gateway.core.model import ModelVersion
+from gateway.core.placement.manager import WARM_UP_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class FrontCopies:
         self.routes: dict[str, dict[str, int]] = {}  # model -> version string -> copy id
         self.local = True
         self._reported: dict[int, tuple[int, int, int]] = {}  # counters last sent, by copy
+        self._loading: set[int] = set()  # copies being loaded
+        self._dropped: set[int] = set()  # ... that a drop reached first: closed once loaded
         self._tasks: set[asyncio.Task] = set()
         self._reporter: asyncio.Task | None = None
 
@@ -71,8 +74,11 @@ class FrontCopies:
     def on_message(self, message: tuple) -> None:
         kind = message[0]
         if kind == "copy":
+            self._loading.add(message[1])
             self._spawn(self._load(*message[1:]))
         elif kind == "drop":
+            if message[1] in self._loading:  # closed as soon as it has loaded
+                self._dropped.add(message[1])
             model = self.models.pop(message[1], None)  # no new request reaches it
             self._spawn(self._drop(message[1], model, float(message[2])))
         elif kind == "routes":
@@ -103,16 +109,22 @@ class FrontCopies:
                 load_copy, Path(model_dir), version, mc.ModelConfig.FromString(config),
                 instances, max_queue_size, queue_budget_ms, nice,
             )  # fmt: skip
-            try:
-                await model.warm_up()
-                model.attach()
-            except BaseException:
-                await model.close()
-                raise
+            model.attach()
+            try:  # as the host warms its own up: a failed warm-up is not a failed load
+                await asyncio.wait_for(model.warm_up(), WARM_UP_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("the copy of model '%s': its warm-up failed (%s: %s)",
+                            model.name, type(exc).__name__, exc)  # fmt: skip
             model.copy_id = copy_id
-            self.models[copy_id] = model
+            if copy_id in self._dropped:  # unloaded while it loaded
+                await model.close()
+            else:
+                self.models[copy_id] = model
         except Exception as exc:  # noqa: BLE001 - the host says what failed, and fails the load
             error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        finally:
+            self._loading.discard(copy_id)
+            self._dropped.discard(copy_id)
         self.send(("copied", copy_id, error))
 
     async def _drop(self, copy_id: int, model: ModelVersion | None, drain_s: float) -> None:

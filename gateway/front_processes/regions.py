@@ -19,6 +19,7 @@ import itertools
 import logging
 import pickle
 
+from accel_base.errors import Unavailable
 from gateway.core.shared_memory import SharedMemoryRegistry
 from gateway.front_processes.asking import AskingFronts
 from gateway.front_processes.host import FrontLink
@@ -42,8 +43,18 @@ class Regions(AskingFronts):
         kind = "register" if method == "register_system_shared_memory" else "unregister"
         errors = await self.ask_all(("region", n, kind, *values), "region_done", n,
                                     REGION_TIMEOUT_S)  # fmt: skip
-        for error in errors:
-            log.error("shared-memory region %r: %s", values[0], error)
+        if not errors:
+            return
+        if kind == "unregister":  # gone from the host, which is what requests are checked by
+            log.error("shared-memory region %r: %s", values[0], "; ".join(errors))
+            return
+        # A region some front cannot use is registered nowhere: the client hears why.
+        self.registry.unregister(values[0])
+        self.broadcast(("region", 0, "unregister", values[0]))
+        raise Unavailable(
+            f"system shared memory region {values[0]!r} could not be registered in every "
+            f"front process: {'; '.join(errors)}"
+        )
 
     def attached(self, link: FrontLink) -> None:
         channel = link.channel

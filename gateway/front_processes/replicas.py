@@ -67,10 +67,14 @@ class Replicas(AskingFronts):
         )  # fmt: skip
         model.copy_id = copy_id
         self.held[copy_id] = (model, message)
-        errors = await self.ask_all(message, "copied", copy_id, COPY_TIMEOUT_S)
-        if errors:  # never routed to: the copies that loaded close without a drain
-            self.held.pop(copy_id, None)
-            self.broadcast(("drop", copy_id, 0.0))
+        errors = ["the load was cancelled"]  # unless the fronts answer
+        try:
+            errors = await self.ask_all(message, "copied", copy_id, COPY_TIMEOUT_S)
+        finally:
+            if errors:  # never routed to: the copies that loaded close without a drain
+                self.held.pop(copy_id, None)
+                self.broadcast(("drop", copy_id, 0.0))
+        if errors:
             raise Unavailable(
                 f"model '{model.name}' version {model.version}: a front process could not "
                 f"load its copy: {errors[0]}"
@@ -78,11 +82,14 @@ class Replicas(AskingFronts):
 
     async def drop(self, model: ModelVersion) -> None:
         copy_id = getattr(model, "copy_id", None)  # a router or an ensemble has none
-        if copy_id is None or self.held.pop(copy_id, None) is None:
+        if copy_id is None or copy_id not in self.held:
             return
         drain_s = self.repository.drain_s
-        errors = await self.ask_all(("drop", copy_id, drain_s), "dropped", copy_id,
-                                     drain_s + DROP_MARGIN_S)  # fmt: skip
+        try:  # (held until the fronts answer: their last counts are still taken)
+            errors = await self.ask_all(("drop", copy_id, drain_s), "dropped", copy_id,
+                                        drain_s + DROP_MARGIN_S)  # fmt: skip
+        finally:
+            self.held.pop(copy_id, None)
         for error in errors:
             log.warning("model '%s' version %d: %s", model.name, model.version, error)
 

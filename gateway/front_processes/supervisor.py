@@ -63,6 +63,7 @@ class FrontSupervisor:
                 lambda: not (core.access_log or core.tracing.settings.enabled),
             )  # fmt: skip
             core.repository.copies = self.replicas
+            core.repository.memory.cpu_copies = count + 1  # the host's and one a front
             for link in self.links:
                 link.on_reply = self.replicas.on_reply
                 link.on_settings = self.replicas.settings_changed

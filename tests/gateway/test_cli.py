@@ -15,6 +15,7 @@ import pytest
 from gateway.arguments import AUTO, auto_fronts, distinct_ports
 from gateway.cli import _default_repository, build_parser, main
 from gateway.operation.health_command import readiness_url, serve_arguments
+from models import simple
 from models.build import repository_dir_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,3 +171,13 @@ def test_front_processes_auto_is_one_per_core_from_four_cores_and_the_default():
     assert auto_fronts((8000, 8001), cores=4) == 4
     assert auto_fronts((8000, 8001), cores=16) == 16
     assert auto_fronts((0, 8001), cores=16) == 1  # fronts share fixed ports only
+
+
+def test_front_processes_auto_is_one_process_for_a_repository_with_a_decoupled_model(tmp_path):
+    simple.build(tmp_path)
+    assert auto_fronts((8000, 8001), cores=8, repository=tmp_path) == 8
+    (tmp_path / "streamer").mkdir()
+    (tmp_path / "streamer" / "config.pbtxt").write_text(
+        'name: "streamer"\nbackend: "python"\nmodel_transaction_policy { decoupled: true }\n'
+    )
+    assert auto_fronts((8000, 8001), cores=8, repository=tmp_path) == 1

@@ -150,7 +150,8 @@ def test_a_restarted_front_loads_its_copies_again_and_counts_carry_on(two_fronts
 
 @pytest.fixture
 def on_demand(tmp_path, server_factory):
-    """Copies of identity_int32 that book 100 MB each, in a host budget of 300 MB."""
+    """Copies of identity_int32 that book 100 MB each, in each of three processes (the
+    host and two fronts): 300 MB a model, in a host budget of 900 MB."""
     built = identity.build_one(tmp_path / "built", "int32")
     root = tmp_path / "repository"
     for name in ("a", "b", "c", "d"):
@@ -162,7 +163,7 @@ def on_demand(tmp_path, server_factory):
         )
     return server_factory(
         root, "--workers", "2", "--model-control-mode", "on-demand",
-        "--host-memory-budget", "300MB", "--memory-reserve", "0",
+        "--host-memory-budget", "900MB", "--memory-reserve", "0",
     )  # fmt: skip
 
 

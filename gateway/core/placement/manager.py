@@ -56,6 +56,10 @@ class MemoryManager:
         self._generation = itertools.count()
         self._first_loads: dict[str, asyncio.Future] = {}
         self._waiting: dict[str, int] = {}  # requests waiting for each model's load
+        # Processes that each load a thread instance on the CPU: with front processes,
+        # each front holds a copy too (gateway/core/copies.py). A model that may not have
+        # copies (a sequence model, say) is booked as if it had: more, never less.
+        self.cpu_copies = 1
         self.loaded_at: dict[str, float] = {}  # model -> when its newest version loaded
         self.room = RoomWaiters()  # loads waiting for busy models to fall idle
         self.load_concurrency = load_concurrency
@@ -136,7 +140,7 @@ class MemoryManager:
                     device = await self._make_room(name, needed, allowed, candidates, evict)
                     key = f"{name}/{version}/{index}#{generation}"
                     self.ledger.book(key, name, device, needed)
-                    footprints.append(Footprint(key, device, slot.predicted))
+                    footprints.append(Footprint(key, device, slot.predicted * self._copies(slot)))
             return True
         except NoRoom as exc:
             for footprint in footprints:
@@ -178,13 +182,20 @@ class MemoryManager:
                 instance = footprint.key.partition("#")[0]
                 self.last_measured[instance] = (footprint.device, min(footprint.measured, budget))
 
+    def _copies(self, slot: Any) -> int:
+        """How many processes load this instance (see cpu_copies)."""
+        if slot.in_worker or any(d.kind != "cpu" for d in slot.allowed):
+            return 1
+        return self.cpu_copies
+
     def _needed(self, instance: str, slot: Any) -> int:
         """What an instance ("model/version/index") books before it loads: its
         prediction, or what it measured when it last loaded on a device it may go on."""
         remembered = self.last_measured.get(instance)
+        predicted = slot.predicted * self._copies(slot)
         if remembered is None or remembered[0] not in slot.allowed:
-            return slot.predicted
-        return max(slot.predicted, remembered[1])
+            return predicted
+        return max(predicted, remembered[1])
 
     def _evictable(
         self, name: str, candidates: Callable[[str], list[Candidate]]
@@ -253,8 +264,8 @@ class MemoryManager:
         on_gpu = [i for i in threads if devices[i].kind == "gpu"]
         on_cpu = [i for i in threads if devices[i].kind != "gpu"]
         for index, (instance, footprint) in enumerate(zip(instances, footprints, strict=True)):
-            if index in on_cpu:
-                footprint.measured = grown // len(on_cpu)
+            if index in on_cpu:  # every copy measures as the host's does
+                footprint.measured = grown * self._copies(slots[index]) // len(on_cpu)
             elif index in on_gpu:
                 footprint.measured = None if gpu_grown is None else gpu_grown // len(on_gpu)
             else:

@@ -184,3 +184,23 @@ def test_fronts_send_requests_to_the_host_while_it_logs_or_traces_each(repositor
         assert joined.core.repository.get("simple").stats.success.count == 1  # the host's
 
     run(repository_path, scenario)
+
+
+def test_a_copy_dropped_while_it_loads_is_closed_once_loaded(repository_path):
+    async def scenario(joined, _):
+        from accel_base.proto import model_config_pb2 as mc
+        from gateway.core.model_config import read_config
+
+        front = joined.fronts[0]
+        config = read_config(repository_path / "simple").SerializeToString()
+        assert isinstance(config, bytes) and mc.ModelConfig.FromString(config).name == "simple"
+        copy = ("copy", 99, str(repository_path / "simple"), 1, config, 1, 16, None, 0)
+        front.copies.on_message(copy)
+        front.copies.on_message(("drop", 99, 0.0))  # the host unloaded it meanwhile
+        for _ in range(500):
+            if not front.copies._loading:
+                break
+            await asyncio.sleep(0.01)
+        assert not front.copies._loading and 99 not in front.copies.models
+
+    run(repository_path, scenario)
