@@ -52,6 +52,8 @@ def bundle_key(request: InferRequest) -> Hashable | None:
         inputs.append((tensor.name, tensor.datatype, data.dtype.str, data.shape[1:]))
     if rows < 1:  # alone it is refused (batch size 0); in a bundle it would pass
         return None
+    if any("shared_memory_region" in o.parameters for o in request.outputs):
+        return None  # its rows go to its own region
     try:
         outputs = tuple((o.name, tuple(sorted(o.parameters.items()))) for o in request.outputs)
         key = (request.model_name, request.model_version, tuple(inputs), outputs)
