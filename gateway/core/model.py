@@ -154,6 +154,7 @@ class ModelVersion:
         # them, and their counters as each last reported them, by process.
         self.copy_id: int | None = None
         self.copy_stats: dict[tuple[int, int], ModelStatistics] = {}
+        self.copy_pending: dict[int, int] = {}  # requests each front's copy holds
         self.pool = InstancePool(instances, config.name)
         self.last_used = time.monotonic()  # for eviction: least recently used goes first
         self.footprints: list[Any] = []  # placement.manager.Footprint of each instance

@@ -22,6 +22,11 @@ RETRY_FAILED_LOAD_S = 10.0  # a model that failed to load is not tried again soo
 EVICTED = "evicted to make room for another model; loads again on its next request"
 
 
+def _busy(model: Any) -> bool:
+    """Requests queued or running, here or (as they last reported) in a front's copy."""
+    return bool(model.pending) or any(getattr(model, "copy_pending", {}).values())
+
+
 class OnDemand:
     def __init__(self, repository: ModelRepository) -> None:
         self.repository = repository
@@ -40,7 +45,7 @@ class OnDemand:
             if busy_too:  # what it holds, the ledger knows (a router holds nothing)
                 found.append(Candidate(name, max((m.last_used for m in models), default=now)))
                 continue
-            busy = entry.lock.locked() or entry.users or any(m.pending for m in models)
+            busy = entry.lock.locked() or entry.users or any(_busy(m) for m in models)
             if busy or not models or not any(m.footprints for m in models):
                 continue  # busy, or nothing to free (a router)
             found.append(Candidate(name, max(m.last_used for m in models)))

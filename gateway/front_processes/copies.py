@@ -11,8 +11,8 @@ Messages from the host:
     ("local", on)                       serve copies here, or (off) send every request to
                                         the host (which logs or traces each one then)
     ("flush", n)                        report counters now; answered ("flushed", n)
-Counters go to the host as ("stats", [(id, pickled ModelStatistics)]) when they changed,
-every REPORT_EVERY_S, and on a flush.
+Counters go to the host as ("stats", [(id, pickled ModelStatistics, requests pending)])
+when they changed, every REPORT_EVERY_S, and on a flush.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class FrontCopies:
         self.models: dict[int, ModelVersion] = {}  # by copy id
         self.routes: dict[str, dict[str, int]] = {}  # model -> version string -> copy id
         self.local = True
-        self._reported: dict[int, tuple[int, int, int]] = {}  # counters last sent, by copy
+        self._reported: dict[int, tuple[int, ...]] = {}  # counters last sent, by copy
         self._loading: set[int] = set()  # copies being loaded
         self._dropped: set[int] = set()  # ... that a drop reached first: closed once loaded
         self._tasks: set[asyncio.Task] = set()
@@ -148,10 +148,10 @@ class FrontCopies:
 
     def _report_one(self, copy_id: int, model: ModelVersion) -> None:
         stats = model.stats
-        counters = (stats.success.count, stats.fail.count, stats.execution_count)
-        if self._reported.get(copy_id, (0, 0, 0)) != counters:
+        counters = (stats.success.count, stats.fail.count, stats.execution_count, model.pending)
+        if self._reported.get(copy_id, (0, 0, 0, 0)) != counters:
             self._reported[copy_id] = counters
-            self.send(("stats", [(copy_id, pickle.dumps(stats))]))
+            self.send(("stats", [(copy_id, pickle.dumps(stats), model.pending)]))
 
     async def _report_changes(self) -> None:
         while True:

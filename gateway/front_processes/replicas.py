@@ -120,6 +120,11 @@ class Replicas(AskingFronts):
         for name, table in self.routes.items():
             channel.send(("routes", name, table))
 
+    def detached(self, index: int) -> None:
+        super().detached(index)
+        for model, _ in self.held.values():  # what it held died with it
+            model.copy_pending.pop(index, None)
+
     def settings_changed(self) -> None:
         self.broadcast(("local", self.local()))
 
@@ -137,9 +142,9 @@ class Replicas(AskingFronts):
                 index, self.held[key][0].name, result,
             )  # fmt: skip
 
-    def _counted(self, index: int, items: list[tuple[int, bytes]]) -> None:
+    def _counted(self, index: int, items: list[tuple[int, bytes, int]]) -> None:
         start = (index, self._starts.get(index, 0))
-        for copy_id, blob in items:
+        for copy_id, blob, pending in items:
             held = self.held.get(copy_id)
             if held is None:
                 continue  # dropped: its version is going
@@ -151,6 +156,7 @@ class Replicas(AskingFronts):
                 model.last_used = time.monotonic()  # eviction sees the fronts' use
                 self.served[index] = self.served.get(index, 0) + grown
             model.copy_stats[start] = stats
+            model.copy_pending[index] = pending  # eviction leaves a model busy in a front
             self._fold_old_starts(model, index, start)
 
     @staticmethod
