@@ -19,7 +19,7 @@ from gateway.core.inference import InferRequest, InferResponse, RequestedOutput,
 from gateway.core.shared_memory import REGION as SHM_REGION
 from gateway.core.shared_memory import InputSource
 from gateway.protocols.http import fields
-from gateway.protocols.http.fields import brief, check_bool_parameter, get_list, get_string, is_int
+from gateway.protocols.http.fields import brief, check_bool_parameter, get_list, get_string
 from gateway.protocols.http.json_data import json_to_array
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -87,11 +87,31 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 def _shape(raw: dict[str, Any], where: str) -> tuple[int, ...]:
     value = raw.get("shape")
-    if not isinstance(value, list) or not all(is_int(d) and d >= 0 for d in value):
-        raise InvalidArgument(
-            f"{where}: 'shape' must be an array of non-negative integers, got {brief(value)}"
-        )
-    return check_shape(tuple(value), where)
+    if type(value) is list:
+        for dim in value:
+            # type(), not is_int: a parsed JSON integer is an int, never a subclass.
+            if type(dim) is not int or dim < 0:
+                break
+        else:
+            return check_shape(tuple(value), where)
+    raise InvalidArgument(
+        f"{where}: 'shape' must be an array of non-negative integers, got {brief(value)}"
+    )
+
+
+def _parameters(container: dict[str, Any], where: str) -> dict[str, Any]:
+    """fields.parameters on the hot path: the parsed body's own object (no copy: nothing
+    else holds it), checked in one call; anything else goes to fields for its message."""
+    found = container.get("parameters")
+    if found is None:
+        return {}
+    if type(found) is dict:
+        for value in found.values():
+            if not isinstance(value, (str, int, float)):  # bool is an int
+                break
+        else:
+            return found
+    return fields.parameters(container, where)  # raises, naming the field
 
 
 def decode_request(
@@ -109,18 +129,27 @@ def decode_request(
     header = parse_json(header_bytes)
     if not isinstance(header, dict):
         raise InvalidArgument(f"the request body must be a JSON object, got {brief(header)}")
-    raw_inputs = get_list(header, "inputs", "the request", required=True)
+    # The checks below are inline for the common case, with the fields helper (and its
+    # message) called only for a value that fails: each field is on every request.
+    raw_inputs = header.get("inputs")
+    if type(raw_inputs) is not list:
+        raw_inputs = get_list(header, "inputs", "the request", required=True)
     view = memoryview(body)
     offset = len(header_bytes)
     inputs = []
     for position, raw in enumerate(raw_inputs):
-        if not isinstance(raw, dict):
+        if type(raw) is not dict:
             raise InvalidArgument(f"inputs[{position}] must be a JSON object, got {brief(raw)}")
-        name = get_string(raw, "name", f"inputs[{position}]")
+        name = raw.get("name")
+        if type(name) is not str:
+            name = get_string(raw, "name", f"inputs[{position}]")
         where = f"input '{name}'"
-        datatype = check_datatype(get_string(raw, "datatype", where), where)
+        datatype = raw.get("datatype")
+        if type(datatype) is not str:
+            datatype = get_string(raw, "datatype", where)
+        check_datatype(datatype, where)
         shape = _shape(raw, where)
-        parameters = fields.parameters(raw, where)
+        parameters = _parameters(raw, where)
         size = parameters.pop("binary_data_size", None)
         if SHM_REGION in parameters:
             if size is not None or raw.get("data") is not None:
@@ -133,7 +162,7 @@ def decode_request(
         elif size is not None:
             if raw.get("data") is not None:
                 raise InvalidArgument(f"{where} has both 'data' and a binary_data_size; give one")
-            if not is_int(size) or size < 0 or offset + size > len(body):
+            if type(size) is not int or size < 0 or offset + size > len(body):
                 raise InvalidArgument(
                     f"{where}: binary_data_size {brief(size)} does not fit the "
                     f"{len(body) - offset} bytes of binary data left in the body"
@@ -151,23 +180,38 @@ def decode_request(
             "(check each input's binary_data_size)"
         )
     outputs = []
-    for position, raw in enumerate(get_list(header, "outputs", "the request")):
-        if not isinstance(raw, dict):
+    raw_outputs = header.get("outputs")
+    if raw_outputs is not None and type(raw_outputs) is not list:
+        get_list(header, "outputs", "the request")  # raises, naming the field
+    for position, raw in enumerate(raw_outputs or ()):
+        if type(raw) is not dict:
             raise InvalidArgument(f"outputs[{position}] must be a JSON object, got {brief(raw)}")
-        name = get_string(raw, "name", f"outputs[{position}]")
-        parameters = fields.parameters(raw, f"output '{name}'")
-        check_bool_parameter(parameters, "binary_data", f"output '{name}'")
-        if parameters.get("classification"):
-            raise InvalidArgument(
-                f"output '{name}': the classification extension is not supported by this server"
-            )
+        name = raw.get("name")
+        if type(name) is not str:
+            name = get_string(raw, "name", f"outputs[{position}]")
+        if "parameters" in raw:
+            where = f"output '{name}'"
+            parameters = _parameters(raw, where)
+            binary = parameters.get("binary_data")
+            if binary is not None and type(binary) is not bool:
+                check_bool_parameter(parameters, "binary_data", where)
+            if parameters.get("classification"):
+                raise InvalidArgument(
+                    f"{where}: the classification extension is not supported by this server"
+                )
+        else:
+            parameters = {}
         outputs.append(RequestedOutput(name, parameters))
-    parameters = fields.parameters(header, "the request")
-    check_bool_parameter(parameters, "binary_data_output", "the request")
+    parameters = _parameters(header, "the request")
+    if "binary_data_output" in parameters:
+        check_bool_parameter(parameters, "binary_data_output", "the request")
+    request_id = header.get("id")
+    if type(request_id) is not str:
+        request_id = get_string(header, "id", "the request", required=False)
     return InferRequest(
         model_name=model_name,
         model_version=model_version,
-        id=get_string(header, "id", "the request", required=False),
+        id=request_id,
         parameters=parameters,
         inputs=inputs,
         outputs=outputs,

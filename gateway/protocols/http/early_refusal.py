@@ -40,8 +40,13 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
     counting the inference requests it admits into `shedder.pending` until answered."""
 
     class RefusingProtocol(base):
-        _refusing = False  # skipping the body of a request answered already
-        _admitted = 0  # inference requests admitted here and not answered yet
+        __slots__ = ("_refusing", "_admitted")  # as the base's (timeouts.py): no dict keys
+        _refusing: bool  # skipping the body of a request answered already
+        _admitted: int  # inference requests admitted here and not answered yet
+
+        def connection_made(self, transport: Any) -> None:
+            self._refusing, self._admitted = False, 0
+            super().connection_made(transport)
 
         def on_headers_complete(self) -> None:
             if (
@@ -79,10 +84,8 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
             if not self._refusing:
                 super().on_message_complete()
                 return
-            # The refused request is over: the connection is idle, and its read deadline
-            # now bounds how long it may stay so (as after any early answer).
-            self._refusing = self._reading = False
-            self._arm()
+            self._refusing = False
+            self._answered_early()  # the refused request is over (timeouts.py)
 
         def on_response_complete(self) -> None:
             if self._admitted:
