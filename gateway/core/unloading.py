@@ -106,8 +106,6 @@ class Unloading:
             await self._close_versions(list(old.values()))
         finally:  # whatever a close raised, no version stays UNLOADING
             entry.versions = {v: VersionState("UNAVAILABLE", reason) for v in old}
-            if self.copies is not None:
-                self.copies.routes_changed(entry.name, entry)
 
     async def _close_versions(self, states: list[VersionState]) -> None:
         failure = None

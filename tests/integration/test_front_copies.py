@@ -21,10 +21,11 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from models import identity, simple
+from models import simple
 from models.config_text import DynamicBatching
 from tests.conftest import wait_until
 from tests.integration.test_fronts import front_pids, front_requests
+from tests.integration.test_on_demand_server import identity_repository
 
 SIMPLE_INPUTS = {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16),
                  "INPUT1": np.ones((1, 16), dtype=np.int32)}  # fmt: skip
@@ -152,15 +153,7 @@ def test_a_restarted_front_loads_its_copies_again_and_counts_carry_on(two_fronts
 def on_demand(tmp_path, server_factory):
     """Copies of identity_int32 that book 100 MB each, in each of three processes (the
     host and two fronts): 300 MB a model, in a host budget of 900 MB."""
-    built = identity.build_one(tmp_path / "built", "int32")
-    root = tmp_path / "repository"
-    for name in ("a", "b", "c", "d"):
-        shutil.copytree(tmp_path / "built" / built, root / name)
-        config = root / name / "config.pbtxt"
-        text = config.read_text().replace('name: "identity_int32"', f'name: "{name}"')
-        config.write_text(
-            text + '\nparameters { key: "memory_bytes" value: { string_value: "100MB" } }\n'
-        )
+    root = identity_repository(tmp_path, ("a", "b", "c", "d"))
     return server_factory(
         root, "--workers", "2", "--model-control-mode", "on-demand",
         "--host-memory-budget", "900MB", "--memory-reserve", "0",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -22,18 +23,24 @@ from tests.conftest import infer_concurrently
 NAMES = ("a", "b", "c", "d", "pinned")
 
 
-@pytest.fixture
-def server(tmp_path, server_factory):
-    """Copies of identity_int32 that book 100 MB each, in a host budget of 300 MB."""
+def identity_repository(tmp_path, names) -> Path:
+    """A repository of copies of identity_int32 under `names`, each booking 100 MB."""
     built = identity.build_one(tmp_path / "built", "int32")
     root = tmp_path / "repository"
-    for name in NAMES:
+    for name in names:
         shutil.copytree(tmp_path / "built" / built, root / name)
         config = root / name / "config.pbtxt"
         text = config.read_text().replace('name: "identity_int32"', f'name: "{name}"')
         config.write_text(
             text + '\nparameters { key: "memory_bytes" value: { string_value: "100MB" } }\n'
         )
+    return root
+
+
+@pytest.fixture
+def server(tmp_path, server_factory):
+    """Copies of identity_int32 that book 100 MB each, in a host budget of 300 MB."""
+    root = identity_repository(tmp_path, NAMES)
     return server_factory(
         root, "--model-control-mode", "on-demand", "--host-memory-budget", "300MB",
         "--memory-reserve", "0", "--pin-model", "pinned",

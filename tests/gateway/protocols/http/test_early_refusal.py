@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
-from gateway.listeners import listen, uvicorn_server
+from gateway.listeners import uvicorn_server
 from gateway.operation.limits import ConnectionLimits
 from gateway.operation.shedding import LoopShedder
 from gateway.protocols.http.early_refusal import ADMITTED
+from tests.gateway.protocols.http.asgi_server import serving
 
 
 class App:
@@ -33,20 +33,6 @@ class App:
         await send({"type": "http.response.body", "body": answer})
 
 
-@contextlib.asynccontextmanager
-async def serving(app: App, shedder: LoopShedder) -> AsyncIterator[int]:
-    sock = listen("127.0.0.1", 0, "HTTP")
-    server = uvicorn_server(app, ConnectionLimits(read_timeout_s=5.0), None, shedder)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def read_answer(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
     length = next(int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
@@ -62,7 +48,7 @@ def test_a_refused_request_is_answered_before_its_body_and_the_connection_goes_o
     app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
 
     async def scenario() -> None:
-        async with serving(app, shedder) as port:
+        async with serving(app, 5.0, shedder) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             shedder.share = 1.0  # the loop is late: refuse every request
             shedder.pending = 1  # ... while others are in flight
@@ -89,7 +75,7 @@ def test_only_inference_requests_are_refused_early():
     app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
 
     async def scenario() -> None:
-        async with serving(app, shedder) as port:
+        async with serving(app, 5.0, shedder) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             shedder.share, shedder.pending = 1.0, 1
             writer.write(infer_head(2, "/v2/repository/index") + b"{}")
@@ -111,7 +97,7 @@ def test_admitted_requests_count_as_pending_until_answered_or_gone():
         await app(scope, receive, send)
 
     async def scenario() -> None:
-        async with serving(counting, shedder) as port:  # type: ignore[arg-type]
+        async with serving(counting, 5.0, shedder) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(infer_head(1) + b"a")
             await read_answer(reader)
@@ -138,7 +124,7 @@ def test_an_http10_keep_alive_request_is_not_refused_early_and_its_connection_cl
     app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
 
     async def scenario() -> bytes:
-        async with serving(app, shedder) as port:
+        async with serving(app, 5.0, shedder) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             shedder.share, shedder.pending = 1.0, 1
             writer.write(
@@ -158,7 +144,7 @@ def test_an_upgrade_request_is_not_counted_as_pending():
     app, shedder = App(), LoopShedder(target_lag_s=0.004, draw=lambda: 0.0)
 
     async def scenario() -> int:
-        async with serving(app, shedder) as port:
+        async with serving(app, 5.0, shedder) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(
                 b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"

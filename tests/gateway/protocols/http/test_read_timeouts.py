@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
 from accel_base.logs import REQUEST_ID
-from gateway.listeners import event_loop_factory, listen, uvicorn_server
-from gateway.operation.limits import ConnectionLimits
+from gateway.listeners import event_loop_factory
+from tests.gateway.protocols.http.asgi_server import serving
 
 TIMEOUT_S = 0.5
 
@@ -53,20 +52,6 @@ async def answer(send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-@contextlib.asynccontextmanager
-async def serving(app: App) -> AsyncIterator[int]:
-    sock = listen("127.0.0.1", 0, "HTTP")
-    server = uvicorn_server(app, ConnectionLimits(read_timeout_s=TIMEOUT_S), None, None)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def read_all(reader: asyncio.StreamReader, timeout_s: float = 5.0) -> bytes:
     """Everything until the server closes the connection (or `timeout_s` passes)."""
     with contextlib.suppress(asyncio.TimeoutError):
@@ -99,7 +84,7 @@ def test_silent_slow_and_truncated_requests_get_408_after_the_timeout():
     }
 
     async def scenario() -> None:
-        async with serving(app) as port:
+        async with serving(app, TIMEOUT_S) as port:
             for what, sent in cases.items():
                 began = time.monotonic()
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -118,7 +103,7 @@ def test_each_request_on_a_connection_has_its_own_deadline():
     app = App()
 
     async def scenario() -> None:
-        async with serving(app) as port:
+        async with serving(app, TIMEOUT_S) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             # Requests spaced out over several timeouts in all, each arriving in time
             # (idle between requests: bounded by the keep-alive timeout, not this one).
@@ -140,7 +125,7 @@ def test_a_request_served_longer_than_the_timeout_is_not_cut():
     app = App(delay_s=TIMEOUT_S * 3)
 
     async def scenario() -> None:
-        async with serving(app) as port:
+        async with serving(app, TIMEOUT_S) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             # Pipelined: the second waits, unread, while the first is served.
             writer.write(get("/a") + get("/b"))
@@ -155,7 +140,7 @@ def test_an_early_answer_leaves_the_connection_idle_and_bounded():
     app = App()
 
     async def scenario() -> None:
-        async with serving(app) as port:
+        async with serving(app, TIMEOUT_S) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
             assert (await read_answer(reader)).startswith(b"HTTP/1.1 413")
@@ -175,7 +160,7 @@ def test_a_pipelined_request_does_not_inherit_its_predecessors_request_id(loop_f
     app = App()
 
     async def scenario() -> None:
-        async with serving(app) as port:
+        async with serving(app, TIMEOUT_S) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(get("/a") + get("/b") + get("/c"))
             for _ in range(3):
