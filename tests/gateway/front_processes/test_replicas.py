@@ -166,7 +166,8 @@ def test_a_front_gone_during_a_copy_is_not_waited_for(repository_path):
     async def scenario(joined, peers):
         loading = asyncio.ensure_future(joined.core.load_model("simple", None))
         await received(peers[0], "copy")
-        joined.replicas.detached(2)  # the silent front died: it gets copies when it is back
+        joined.replicas.links[2].channel.close()  # the silent front died: it gets
+        joined.replicas.detached(2)  # copies when it is back (and is not asked to drop them)
         await asyncio.wait_for(loading, 60)
         assert await joined.core.model_ready("simple")
 
