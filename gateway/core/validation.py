@@ -107,12 +107,11 @@ def check_request(
             )
         shape = tensor.data.shape
         if rules.max_batch_size > 0:
-            expected = (-1, *rule.dims)
             if len(shape) == 0 or not _dims_match(rule.dims, shape[1:]):
                 raise InvalidArgument(  # Triton's words first: clients match on them
                     f"unexpected shape for input '{tensor.name}' for model '{model}'. "
-                    f"Expected {_show(expected)}, got {_show(shape)} (the first dimension is "
-                    "the batch)"
+                    f"Expected {_show((-1, *rule.dims))}, got {_show(shape)} (the first "
+                    "dimension is the batch)"
                 )
             if not 1 <= shape[0] <= rules.max_batch_size:
                 raise InvalidArgument(
@@ -142,11 +141,12 @@ def check_request(
                     f"reshaped to the config's reshape {_show(rule.reshape)}"
                 ) from None
         feed[tensor.name] = data
-    missing = [
-        name for name, rule in rules.inputs.items() if name not in feed and not rule.optional
-    ]
-    if missing:
-        raise InvalidArgument(_missing_inputs(model, rules, list(feed), missing))
+    if len(feed) < len(rules.inputs):  # (every name in feed is one of them: checked above)
+        missing = [
+            name for name, rule in rules.inputs.items() if name not in feed and not rule.optional
+        ]
+        if missing:
+            raise InvalidArgument(_missing_inputs(model, rules, list(feed), missing))
     if request.outputs:
         names = []
         for output in request.outputs:

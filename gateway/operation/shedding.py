@@ -182,7 +182,7 @@ class LoopShedder:
     def check(self, counted: bool = False) -> None:
         """Raise Overloaded for a request to refuse (never when off); `counted`: it is
         in `pending` already."""
-        if self.refuse(counted=counted):
+        if self.target_lag_s > 0 and self.refuse(counted=counted):  # (off: no call)
             raise Overloaded(REFUSAL, retry_after_s=RETRY_AFTER_S)
 
     async def watch(self) -> None:

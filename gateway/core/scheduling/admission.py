@@ -97,11 +97,11 @@ class Admission:
         """One more run of `rows` rows finished after holding an instance for `seconds`.
         A run whose `size` (an id of the instance, the batch size it ran) is new is left
         out."""
-        self.growth.serve(max(rows, 1))
+        rows = rows if rows > 1 else 1  # (not max(): every run)
+        self.growth.served += rows  # (Growth.serve, inline: once a run)
         if size is not None and size not in self.sizes_seen:
             self.sizes_seen.add(size)
             return
-        rows = max(rows, 1)
         known = self.by_size.get(rows)
         if known is None:
             self.by_size[rows] = seconds
@@ -171,8 +171,10 @@ class Admission:
     ) -> None:
         """Raise Overloaded if a request of `rows` rows arriving now could not start in
         time."""
-        window_s = max(MIN_WINDOW_S, WINDOW_RUNS * self.mean_s)
-        shedding = self.growth.arrive(now, queued_rows, max(rows, 1), window_s)
+        window_s = WINDOW_RUNS * self.mean_s  # (conditionals, not max(): every request)
+        if window_s < MIN_WINDOW_S:
+            window_s = MIN_WINDOW_S
+        shedding = self.growth.arrive(now, queued_rows, rows if rows > 1 else 1, window_s)
         exempt = requests_ahead < EXEMPT_PER_INSTANCE * self.instances
         if exempt and deadline is None:
             return  # its limit is infinite: no wait to predict
@@ -217,6 +219,8 @@ def int_parameter(request: InferRequest, key: str) -> int | None:
 def deadline_of(request: InferRequest, now: float) -> float | None:
     """When the caller stops waiting: its front's deadline, or its `timeout` parameter
     (microseconds, as in Triton) if that is sooner; None if neither is set."""
+    if "timeout" not in request.parameters:  # (most requests: no call for it)
+        return request.deadline
     timeout_us = int_parameter(request, "timeout")
     deadline = request.deadline
     if timeout_us:

@@ -52,7 +52,10 @@ class DirectScheduler:
                     f"model '{self.rules.model}' has {self.pending} requests pending, its "
                     "limit (max_queue_size); retry later"
                 )
-            running = min(self.pending, len(self.pool.instances))
+            # (Conditionals, not min() and max(), on the path of every request: a builtin
+            # call with its keyword parsing costs several times a comparison.)
+            instances = len(self.pool.instances)
+            running = self.pending if self.pending < instances else instances
             self.admission.check(
                 running, self.pending - running, self.pending, time.monotonic(), deadline
             )
@@ -61,55 +64,65 @@ class DirectScheduler:
             raise
         self.pending += 1
         try:
-            return await self._run(request, feed, output_names, batch_size, start, deadline)
+            # An idle instance at once, else a wait in line (no coroutine for the first).
+            instance = self.pool.try_acquire() or await self.pool.acquire()
+            queued = time.perf_counter_ns()
+            self._check_still_wanted(request, instance, deadline, queued - start)
+            try:
+                if self.per_request:  # scheduling/per_request.py
+                    run = self._run_alone(instance, request, feed, output_names, batch_size)
+                else:
+                    run = instance.run(feed, output_names)
+                outputs, infer_ns = await run
+            except Exception as exc:  # the backend's own failure, reported with its message
+                self.stats.record_failure(time.perf_counter_ns() - start, "BACKEND")
+                raise backend_failure(self.rules.model, exc) from exc
+            finally:
+                self.pool.release(instance)
+            # The backend's own time: the wall time here would count the event loop's
+            # other work too, which is not this instance's capacity.
+            self.admission.observe(infer_ns / 1e9, 1, (id(instance), batch_size))
+            return self._answer(request, output_names, outputs, infer_ns, batch_size, start,
+                                queued)  # fmt: skip
         finally:
             self.pending -= 1
 
-    async def _run(self, request, feed, output_names, batch_size, start, deadline) -> InferResponse:
-        instance = await self.pool.acquire()
-        queued = time.perf_counter_ns()
-        held = time.monotonic()
+    def _check_still_wanted(self, request, instance, deadline, waited_ns: int) -> None:
+        """Raise (giving the instance back) if the request's caller went away, or its
+        deadline passed, while it waited for the instance."""
         if request.client_gone is not None and request.client_gone():
             self.pool.release(instance)
-            self.stats.record_failure(queued - start, "CANCELED")
+            self.stats.record_failure(waited_ns, "CANCELED")
             raise Cancelled("the client disconnected before the request ran")
-        if deadline is not None and held >= deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             self.pool.release(instance)
-            self.stats.record_failure(queued - start, "REJECTED")
+            self.stats.record_failure(waited_ns, "REJECTED")
             raise Unavailable(
                 f"request to model '{self.rules.model}' reached its deadline before it ran"
             )
-        try:
-            if self.per_request:  # scheduling/per_request.py
-                info = request_info(request, max(batch_size, 1), output_names)
-                parts, infer_ns, failures = await run_requests(
-                    instance, feed, output_names, [info], self.rules.model
-                )
-                if failures:
-                    raise failures[0]
-                outputs = parts[0]
-            else:
-                outputs, infer_ns = await instance.run(feed, output_names)
-        except Exception as exc:  # the backend's own failure, reported with its message
-            self.stats.record_failure(time.perf_counter_ns() - start, "BACKEND")
-            raise backend_failure(self.rules.model, exc) from exc
-        finally:
-            self.pool.release(instance)
-        # The backend's own time: the wall time here would count the event loop's other
-        # work too, which is not this instance's capacity.
-        self.admission.observe(infer_ns / 1e9, 1, (id(instance), batch_size))
+
+    async def _run_alone(self, instance, request, feed, output_names, batch_size):
+        """A backend that answers each request on its own: its outputs and run time."""
+        info = request_info(request, max(batch_size, 1), output_names)
+        parts, infer_ns, failures = await run_requests(
+            instance, feed, output_names, [info], self.rules.model
+        )
+        if failures:
+            raise failures[0]
+        return parts[0], infer_ns
+
+    def _answer(self, request, output_names, outputs, infer_ns, batch_size, start, queued):
+        """The response to a request that ran, with its statistics counted."""
         ran = time.perf_counter_ns()
         response = build_response(
             request, self.stats.version, output_names, self.output_datatypes, outputs
         )
         done = time.perf_counter_ns()
         # Time in the instance's thread beyond the backend call is input hand-off.
-        self.stats.record_execution(
-            max(batch_size, 1), 1, ran - queued - infer_ns, infer_ns, done - ran
-        )
+        rows = batch_size or 1  # a model without batching: one row
+        self.stats.record_execution(rows, 1, ran - queued - infer_ns, infer_ns, done - ran)
         self.stats.record_success(done - start, queued - start)
         if request.trace is not None:
-            rows = max(batch_size, 1)
             batch_ran(
                 [(request.trace, start)], self.rules.model, self.stats.version, rows, rows,
                 queued, infer_ns, ran, done,

@@ -77,7 +77,9 @@ class Growth:
         a window is `window_s` long. True while the backlog is being shed."""
         if self.start is None or now - self.start >= window_s:
             self._close(now, window_s)
-        self.least = queued_rows if self.least is None else min(self.least, queued_rows)
+        least = self.least  # (not min(): every request)
+        if least is None or queued_rows < least:
+            self.least = queued_rows
         self.arrived += rows
         return self.shedding
 

@@ -96,6 +96,10 @@ class InstancePool:
         return True
 
     def release(self, instance: Any) -> None:
+        if not self._waiters and instance.running is None and not instance.retired:
+            self._overdue = False  # (the common case, at once: _usable's checks inline)
+            self._idle.append(instance)
+            return
         if not self._usable(instance):
             return
         while self._waiters:

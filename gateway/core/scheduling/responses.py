@@ -24,14 +24,13 @@ def build_response(
 ) -> InferResponse:
     if not outputs and request.stream is not None:  # answered through its stream
         return InferResponse(request.model_name, version, request.id, outputs=[])
-    missing = [name for name in output_names if name not in outputs]
-    if missing:
+    try:  # (output_names are the config's: only the backend's outputs can lack one)
+        tensors = [Tensor(name, output_datatypes[name], outputs[name]) for name in output_names]
+    except KeyError:
+        missing = [name for name in output_names if name not in outputs]
         raise Internal(
             f"model '{request.model_name}': the backend returned no output {', '.join(missing)}"
-        )
+        ) from None
     return InferResponse(
-        model_name=request.model_name,
-        model_version=version,
-        id=request.id,
-        outputs=[Tensor(name, output_datatypes[name], outputs[name]) for name in output_names],
+        model_name=request.model_name, model_version=version, id=request.id, outputs=tensors
     )

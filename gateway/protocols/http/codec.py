@@ -13,7 +13,15 @@ from typing import Any
 
 import orjson
 
-from accel_base.datatypes import check_datatype, check_shape, from_raw, json_data, to_raw
+from accel_base.datatypes import (
+    MAX_DIMS,
+    MAX_ELEMENTS,
+    check_datatype,
+    check_shape,
+    from_raw,
+    json_data,
+    to_raw,
+)
 from accel_base.errors import InvalidArgument
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.shared_memory import REGION as SHM_REGION
@@ -88,12 +96,19 @@ def _has_lone_surrogate(value: Any) -> bool:
 def _shape(raw: dict[str, Any], where: str) -> tuple[int, ...]:
     value = raw.get("shape")
     if type(value) is list:
+        count = 1  # check_shape's limits in the same pass, which calls it only to refuse
         for dim in value:
             # type(), not is_int: a parsed JSON integer is an int, never a subclass.
             if type(dim) is not int or dim < 0:
                 break
+            if dim:
+                count *= dim
+                if count > MAX_ELEMENTS:
+                    return check_shape(tuple(value), where)  # raises, with its message
         else:
-            return check_shape(tuple(value), where)
+            if len(value) > MAX_DIMS:
+                return check_shape(tuple(value), where)  # raises, with its message
+            return tuple(value)
     raise InvalidArgument(
         f"{where}: 'shape' must be an array of non-negative integers, got {brief(value)}"
     )
@@ -221,9 +236,9 @@ def decode_request(
 def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, int | None]:
     """The response body and, when binary outputs follow the JSON, the JSON's length."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
-    wants_binary = {
-        o.name: o.parameters.get("binary_data", binary_default) for o in request.outputs
-    }
+    wants_binary = {}  # (a loop: a comprehension is a call of its own in 3.11)
+    for o in request.outputs:
+        wants_binary[o.name] = o.parameters.get("binary_data", binary_default)
     outputs = []
     blobs: list[bytes] = []
     for tensor in response.outputs:

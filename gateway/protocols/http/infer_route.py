@@ -139,14 +139,18 @@ async def answer_errors(
     send: Send, path: str, handler: Awaitable[None], model: tuple[str, str] | None = None
 ) -> None:
     """Await `handler`, answering a GatewayError with its status and anything else with
-    a 500, as {"error": message}: never a stack trace to the client."""
+    a 500, as {"error": message}: never a stack trace to the client. `model`: the name
+    and version a request asked for."""
     try:
         await handler
     except GatewayError as exc:
         if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
             # Keyed by the model and version asked for: not by the path, which a client
             # can spell many ways (versions/1, versions/01, ...).
-            key = model or path
+            key: Any = path
+            if model is not None:
+                name, version = model
+                key = (name, str(int(version)) if version.isdigit() else version)
             _backend_failed(key, "a request on %s failed: %s", path, exc.message)
         await error(send, exc.message, exc.http_status, exc.retry_after_s)
     except Exception as exc:
@@ -168,8 +172,7 @@ def with_infer_route(app: ASGIApp, core: Core, max_body_bytes: int) -> ASGIApp:
             if match is not None:
                 version = match[2] or ""
                 handler = serve_infer(core, max_body_bytes, scope, receive, send, match[1], version)
-                model = (match[1], str(int(version)) if version.isdigit() else version)
-                await answer_errors(send, scope["path"], handler, model)
+                await answer_errors(send, scope["path"], handler, (match[1], version))
                 return
         await app(scope, receive, send)
 

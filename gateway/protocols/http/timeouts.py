@@ -48,7 +48,10 @@ def timed_protocol(read_timeout_s: float) -> type[HttpToolsProtocol]:
         def on_message_begin(self) -> None:
             HttpToolsProtocol.on_message_begin(self)
             self._reading = True
-            self._arm()
+            # self._arm(), inline
+            self._deadline = deadline = self.loop.time() + read_timeout_s
+            if self._read_timer is None:
+                self._read_timer = self.loop.call_at(deadline, self._due)
 
         def on_message_complete(self) -> None:
             HttpToolsProtocol.on_message_complete(self)
