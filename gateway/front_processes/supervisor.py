@@ -67,6 +67,7 @@ class FrontSupervisor:
             for link in self.links:
                 link.on_reply = self.replicas.on_reply
                 link.on_settings = self.replicas.settings_changed
+            core.tracing.settings.on_ended = self.replicas.settings_changed
         # Every front's mirror of the shared-memory regions (front_processes/regions.py).
         self.regions: Regions | None = None
         if core.shared_memory.enabled:

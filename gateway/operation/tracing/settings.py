@@ -19,6 +19,7 @@ only cost a request pays then is reading it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from accel_base.errors import InvalidArgument
@@ -107,7 +108,14 @@ class TraceSettings:
         self.startup = dict(self.server.values)  # what clearing a server setting restores
         self.models: dict[str, _Scope] = {}
         self.enabled = False
+        # Called when the last trace a count allowed is taken and nothing is traced any
+        # more (front processes then serve their own copies again: front_processes/).
+        self.on_ended: Callable[[], None] | None = None
         self._refresh()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A front process gets the values, never the host's callback."""
+        return {**self.__dict__, "on_ended": None}
 
     def as_dict(self, model: str = "") -> dict[str, Any]:
         """The settings in force for `model` (the server's where it overrides none), as
@@ -174,6 +182,8 @@ class TraceSettings:
             counted.values["trace_count"] = count - 1
             if count == 1:
                 self._refresh()
+                if not self.enabled and self.on_ended is not None:
+                    self.on_ended()
         return True
 
     def tensors(self, model: str) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from accel_base.errors import InvalidArgument
@@ -38,6 +40,17 @@ def test_count_stops_tracing_when_spent() -> None:
     assert not settings.enabled  # nothing left to trace: requests pay nothing again
     settings.update({"trace_count": "2"})
     assert settings.enabled and traced(settings, "simple", 10) == 2
+
+
+def test_the_count_spent_says_so_once_and_the_callback_never_travels() -> None:
+    settings = TraceSettings(("TIMESTAMPS",), rate=1, count=2)
+    ended = []
+    settings.on_ended = lambda: ended.append(settings.enabled)
+    assert settings.sample("m") and ended == []
+    assert settings.sample("m") and ended == [False]  # the last one: tracing ends
+    assert not settings.sample("m") and ended == [False]
+    copy = pickle.loads(pickle.dumps(settings))  # as a front process gets them
+    assert copy.on_ended is None and copy.as_dict() == settings.as_dict()
 
 
 def test_a_models_settings_override_the_servers_and_clear_with_null() -> None:
