@@ -100,7 +100,12 @@ class DynamicBatcher:
         try:
             feed, output_names, rows = check_request(request, self.rules)
             now = self.clock()
-            priority = int_parameter(request, "priority")
+            # (No call for a parameter the request does not have, nor min() or max():
+            # every request pays these.)
+            parameters = request.parameters
+            priority = int_parameter(request, "priority") if "priority" in parameters else None
+            timeout_us = int_parameter(request, "timeout") if "timeout" in parameters else None
+            rows = rows if rows > 1 else 1  # a model without batching: one row
             level = self.queue.level_for(priority)
             # Under a DELAY queue policy the timeout parameter only moves the request to
             # the back of the queue; its front's deadline (gRPC) still holds.
@@ -109,11 +114,11 @@ class DynamicBatcher:
             else:
                 deadline = deadline_of(request, now)
             self.admission.check(
-                len(self._running), self.queue.rows, self.pending, now, deadline, max(rows, 1)
+                len(self._running), self.queue.rows, self.pending, now, deadline, rows
             )
             pending = self.queue.push(
-                feed, output_names, max(rows, 1), batching.merge_key(feed), now,
-                priority, int_parameter(request, "timeout"), request.count,
+                feed, output_names, rows, batching.merge_key(feed), now, priority, timeout_us,
+                request.count,
             )  # fmt: skip
         except GatewayError as exc:
             # A front's bundle refused as malformed comes again as its members, each

@@ -62,7 +62,9 @@ class ArrivalRate:
         if self._last is None:
             self._last = now
             return
-        elapsed = max(now - self._last, 0.0)
+        elapsed = now - self._last  # (conditionals, not max(): twice a request)
+        if elapsed < 0.0:
+            elapsed = 0.0
         decay = math.exp(-elapsed / self._tau_s)
         self._overlaps *= decay
         self._busy_s = self._busy_s * decay + (elapsed if self._pending else 0.0)
@@ -104,7 +106,8 @@ class ArrivalRate:
     def answered(self, now: float, count: int = 1) -> None:
         """A request of the model left: answered, refused or cancelled."""
         self._advance(now)
-        self._pending = max(self._pending - count, 0)
+        pending = self._pending - count
+        self._pending = pending if pending > 0 else 0
 
     @property
     def pending(self) -> int:
