@@ -32,8 +32,8 @@ from gateway.core.model_calls import ModelCalls
 from gateway.core.repository import ModelRepository
 from gateway.core.routing.router import RouterModel
 from gateway.core.scheduling.pool import instance_state
-from gateway.core.shared_memory import REGION, SharedMemoryRegistry
-from gateway.core.shared_memory_calls import SharedMemoryCalls, with_output_regions
+from gateway.core.shared_memory import SharedMemoryRegistry
+from gateway.core.shared_memory_calls import SharedMemoryCalls, run_with_regions
 from gateway.core.streamed import stream_answers
 from gateway.operation.drain import InFlight
 from gateway.operation.log_settings import LogSettings, LogSettingsCalls
@@ -227,19 +227,13 @@ class InferenceCore(SharedMemoryCalls, LogSettingsCalls, TraceSettingsCalls):
         except (NotFound, Unavailable) as missing:
             return self._infer_on_demand(request, missing)
         self.repository.memory.stats.hits += 1
-        return self._run_on(model, request)
+        return run_with_regions(self.shared_memory, request, model.infer)
 
     async def _infer_on_demand(self, request: InferRequest, missing: GatewayError) -> InferResponse:
         model = await self.repository.get_on_demand(
             request.model_name, request.model_version, missing
         )
-        return await self._run_on(model, request)
-
-    def _run_on(self, model: ModelVersion, request: InferRequest) -> Awaitable[InferResponse]:
-        for output in request.outputs:  # the shared-memory path for those that ask for it
-            if REGION in output.parameters:
-                return with_output_regions(self.shared_memory, request, model.infer)
-        return model.infer(request)
+        return await run_with_regions(self.shared_memory, request, model.infer)
 
     # ---- statistics ------------------------------------------------------------------
 

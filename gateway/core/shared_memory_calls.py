@@ -10,7 +10,7 @@ from typing import Any
 
 from accel_base.errors import GatewayError, InvalidArgument, PermissionDenied
 from gateway.core.inference import InferRequest, InferResponse
-from gateway.core.shared_memory import SharedMemoryRegistry
+from gateway.core.shared_memory import REGION, SharedMemoryRegistry
 
 NO_CUDA = (
     "CUDA shared memory is not supported by this server; use system shared memory "
@@ -41,6 +41,20 @@ async def with_output_regions(
     finally:
         registry.release_targets(targets)
     return response
+
+
+def run_with_regions(
+    registry: SharedMemoryRegistry,
+    request: InferRequest,
+    run: Callable[[InferRequest], Awaitable[InferResponse]],
+) -> Awaitable[InferResponse]:
+    """What answers `request`, to be awaited: `run(request)` itself, or through
+    with_output_regions when an output names a region (decided without a coroutine of its
+    own: every request asks)."""
+    for output in request.outputs:
+        if REGION in output.parameters:
+            return with_output_regions(registry, request, run)
+    return run(request)
 
 
 class SharedMemoryCalls:

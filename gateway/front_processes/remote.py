@@ -19,7 +19,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.interface import Mounted
 from gateway.core.shared_memory import SharedMemoryRegistry
-from gateway.core.shared_memory_calls import SharedMemoryCalls, with_output_regions
+from gateway.core.shared_memory_calls import SharedMemoryCalls, run_with_regions
 from gateway.front_processes import bundles, wire
 from gateway.front_processes.bundler import BUNDLE_REPLIES, Bundler
 from gateway.front_processes.channel import Channel
@@ -158,8 +158,15 @@ class RemoteCore(SharedMemoryCalls):
             raise Unavailable("the server is shutting down; send the request elsewhere")
         copy = self.copies.route(request.model_name, request.model_version)
         if copy is not None:  # served here: the host never sees it
-            served = with_output_regions(self.shared_memory, request, copy.infer)
-            return await self.in_flight.serve(request.model_name, served)
+            # InFlight.serve, inline (as in InferenceCore.infer): a coroutine less.
+            in_flight = self.in_flight
+            token, answered = in_flight.enter(request.model_name), False
+            try:
+                response = await run_with_regions(self.shared_memory, request, copy.infer)
+                answered = True
+                return response
+            finally:
+                in_flight.leave(token, answered)
         call = next(self._calls)
         probe = request.client_gone
         if probe is not None:
