@@ -23,7 +23,10 @@ Rounds alternate the revisions ABBA (round 1 base then head, round 2 head then b
 round, pinned to --server-core, and every point is a perf_analyzer run on
 --client-core. Printed per point: each revision's infer/s per round, and head/base as
 the geometric mean of the per-round ratios, with a 95% t-interval on the log ratios
-from 3 rounds on, and the min-max of the ratios with 2; and the p50 latency head/base.
+from 3 rounds on, and the min-max of the ratios with 2; the p50 latency head/base; and
+the server's CPU time per request answered (user and system, from /proc, over the whole
+perf_analyzer run) head/base, which another process's load on the machine disturbs far
+less than the throughput: below 1, head costs less a request.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from benchmarks.cores import answered
+from benchmarks.fronts import cpu_seconds
 from benchmarks.perf import Measurement, add_run_arguments, perf_analyzer, pin_to
 from gateway.launch import GatewayProcess, free_ports
 from models import simple
@@ -218,7 +223,30 @@ def stop(server: GatewayProcess) -> None:
         os.killpg(server.process.pid, signal.SIGKILL)
 
 
-Results = dict[tuple[str, str], list[Measurement]]  # (role, point) -> one a round
+@dataclass(frozen=True)
+class Sample:
+    """One point of one round: perf_analyzer's figures, and the server's CPU time per
+    request answered meanwhile (user and system, all its threads, from /proc)."""
+
+    measurement: Measurement
+    cpu_us: float
+
+
+Results = dict[tuple[str, str], list[Sample]]  # (role, point) -> one a round
+
+
+def measure_point(server: GatewayProcess, point: Point, name: str, args) -> Sample:
+    url = server.grpc_url if point.protocol == "grpc" else server.http_url
+    pid = server.process.pid
+    before = answered(server.http_url, point.model), cpu_seconds(pid)
+    m = perf_analyzer(
+        point.model, url, point.protocol, point.concurrency, args.client_core, name, (),
+        args.measurement_ms,
+    )  # fmt: skip
+    after = answered(server.http_url, point.model), cpu_seconds(pid)
+    requests = after[0] - before[0]
+    cpu_us = (after[1] - before[1]) * 1e6 / requests if requests > 0 else math.nan
+    return Sample(m, cpu_us)
 
 
 def measure(
@@ -232,16 +260,13 @@ def measure(
             server = start(revision, repository, args.server_core, log)
             try:
                 for name in points:
-                    point = POINTS[name]
-                    url = server.grpc_url if point.protocol == "grpc" else server.http_url
-                    m = perf_analyzer(
-                        point.model, url, point.protocol, point.concurrency,
-                        args.client_core, name, (), args.measurement_ms,
-                    )  # fmt: skip
-                    results[(revision.role, name)].append(m)
+                    sample = measure_point(server, POINTS[name], name, args)
+                    results[(revision.role, name)].append(sample)
+                    m = sample.measurement
                     print(
                         f"  round {index + 1} {revision.role} {revision.label} {name}: "
-                        f"{m.throughput:,.0f} infer/s, p50 {m.p50_us / 1000:.2f} ms",
+                        f"{m.throughput:,.0f} infer/s, p50 {m.p50_us / 1000:.2f} ms, "
+                        f"server CPU {sample.cpu_us:.0f} us a request",
                         flush=True,
                     )
             finally:
@@ -251,15 +276,18 @@ def measure(
 
 def report(results: Results, points: list[str], base: Revision, head: Revision) -> None:
     rows = [("point", f"base {base.label} infer/s", f"head {head.label} infer/s",
-             "head/base infer/s", "p50 head/base")]  # fmt: skip
+             "head/base infer/s", "p50 head/base", "CPU/request head/base")]  # fmt: skip
     kinds = set()
     for name in points:
-        b, h = results[("base", name)], results[("head", name)]
+        b = [s.measurement for s in results[("base", name)]]
+        h = [s.measurement for s in results[("head", name)]]
         rate = summarize(round_ratios([m.throughput for m in b], [m.throughput for m in h]))
         p50 = summarize(round_ratios([m.p50_us for m in b], [m.p50_us for m in h]))
-        kinds.add(rate.interval)
+        cpu_b = [s.cpu_us for s in results[("base", name)]]
+        cpu = summarize(round_ratios(cpu_b, [s.cpu_us for s in results[("head", name)]]))
+        kinds.update((rate.interval, cpu.interval))
         rounds = [" ".join(f"{m.throughput:>7,.0f}" for m in ms) for ms in (b, h)]
-        rows.append((name, *rounds, str(rate), str(replace(p50, interval=""))))
+        rows.append((name, *rounds, str(rate), str(replace(p50, interval="")), str(cpu)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
