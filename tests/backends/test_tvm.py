@@ -128,12 +128,31 @@ def compile_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_ahead_of_time_libraries_are_served_without_compiling(
-    repository_copy, server_factory, tmp_path
-):
-    repository = repository_copy("digits_tvm")
+@pytest.fixture(scope="module")
+def digits_tvm_compiled(example_repository, tmp_path_factory):
+    """digits_tvm with its libraries compiled ahead of time for llvm, once for the module
+    (each `accel-gateway compile` takes ~12 s here, most of it importing TVM), and that
+    compile's outcome. Not to be changed: tests take copies (aot_digits_tvm)."""
+    repository = tmp_path_factory.mktemp("aot") / "repository"
+    shutil.copytree(example_repository / "digits_tvm", repository / "digits_tvm")
     compiled = compile_cli(str(repository / "digits_tvm"), "--target", "llvm")
     assert compiled.returncode == 0, compiled.stderr
+    return repository / "digits_tvm", compiled
+
+
+@pytest.fixture
+def aot_digits_tvm(digits_tvm_compiled, tmp_path) -> Path:
+    """A repository of this test's own holding a copy of the compiled digits_tvm."""
+    repository = tmp_path / "repository"
+    shutil.copytree(digits_tvm_compiled[0], repository / "digits_tvm")
+    return repository
+
+
+def test_ahead_of_time_libraries_are_served_without_compiling(
+    digits_tvm_compiled, aot_digits_tvm, server_factory, tmp_path
+):
+    repository = aot_digits_tvm
+    compiled = digits_tvm_compiled[1]
     aot = repository / "digits_tvm" / "1" / "tvm-llvm"
     manifest = json.loads((aot / MANIFEST).read_text())
     assert sorted(manifest["libraries"]) == ["1", "64", "8"]
@@ -160,10 +179,9 @@ def test_ahead_of_time_libraries_are_served_without_compiling(
 
 
 def test_ahead_of_time_libraries_for_another_target_are_not_used(
-    repository_copy, cache_home, compile_calls
+    aot_digits_tvm, cache_home, compile_calls
 ):
-    repository = repository_copy("digits_tvm")
-    assert compile_cli(str(repository / "digits_tvm"), "--target", "llvm").returncode == 0
+    repository = aot_digits_tvm
     aot = repository / "digits_tvm" / "1" / "tvm-llvm"
     manifest = json.loads((aot / MANIFEST).read_text())
     manifest["target"] = '{"kind":"llvm","mcpu":"some-other-cpu"}'
@@ -230,16 +248,18 @@ def test_unsupported_operator_in_process(tmp_path, cache_home):
 
 
 def test_compile_with_a_small_tuning_budget(repository_copy, cache_home):
-    """MetaSchedule with two trials on one bucket (about 30 s here: each candidate is
-    built and timed), a progress bar, and a library the backend then serves."""
+    """MetaSchedule with one trial on one bucket (about 30 s here: each round of
+    candidates starts builder and runner processes that import TVM; a second trial was a
+    second round, up to 20 s more for nothing more asserted), a progress bar, and a
+    library the backend then serves."""
     repository = repository_copy("mixed_tvm")
     config = repository / "mixed_tvm" / "config.pbtxt"
     config.write_text(config.read_text().replace('"1,8"', '"8"'))
-    result = compile_cli(str(repository / "mixed_tvm"), "--target", "llvm", "--tune-trials", "2")
+    result = compile_cli(str(repository / "mixed_tvm"), "--target", "llvm", "--tune-trials", "1")
     assert result.returncode == 0, result.stderr
-    assert "2/2" in result.stderr and "tuning" in result.stderr  # tqdm's bar
+    assert "1/1" in result.stderr and "tuning" in result.stderr  # tqdm's bar
     manifest = json.loads((repository / "mixed_tvm" / "1" / "tvm-llvm" / MANIFEST).read_text())
-    assert manifest["tune_trials"] == 2 and manifest["buckets"] == [8]
+    assert manifest["tune_trials"] == 1 and manifest["buckets"] == [8]
     backend = load_backend(repository / "mixed_tvm")
     try:
         assert backend.source == "ahead-of-time"
@@ -271,12 +291,11 @@ def test_a_damaged_cached_library_is_compiled_again(example_repository, cache_ho
         backend.unload()
 
 
-def test_recompiled_libraries_get_new_file_names(repository_copy):
+def test_recompiled_libraries_get_new_file_names(aot_digits_tvm):
     """glibc returns an already-loaded library for a path it has seen: a recompiled model
     must not reuse a path, or a reload would serve the old code."""
-    repository = repository_copy("digits_tvm")
+    repository = aot_digits_tvm  # compiled once already
     aot = repository / "digits_tvm" / "1" / "tvm-llvm"
-    assert compile_cli(str(repository / "digits_tvm"), "--target", "llvm").returncode == 0
     before = set(json.loads((aot / MANIFEST).read_text())["libraries"].values())
     model = onnx.load(repository / "digits_tvm" / "1" / "model.onnx")
     weights = model.graph.initializer[0]

@@ -21,11 +21,12 @@ PIPELINE = ("digits_preprocess", "digits_postprocess", "digits_pipeline")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(example_repository, tmp_path_factory):
     from tests.conftest import start_server
 
     repo = tmp_path_factory.mktemp("ensembles") / "repository"
-    digits.build(repo)
+    # The session's digits (the same build, already trained) rather than training it again.
+    shutil.copytree(example_repository / digits.NAME, repo / digits.NAME)
     with open(repo / "digits" / "config.pbtxt", "a") as config:  # the middle model batches
         config.write("\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n")
     python_models.build(repo, PIPELINE)

@@ -4,6 +4,7 @@ the same answers as threads, crash and hang recovery, and nothing left behind.""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -94,9 +95,26 @@ def process_server(repository_copy, server_factory):
 IDENTITIES = [f"identity_{datatype.lower()}" for datatype in IDENTITY_DATA]
 
 
+@pytest.fixture(scope="module")
+def identities_in_processes(example_repository, tmp_path_factory):
+    """digits and every identity in worker processes: one gateway (16 workers) for both
+    protocols' test below, which only read from it."""
+    from tests.conftest import start_server
+
+    repository = tmp_path_factory.mktemp("in-processes") / "repository"
+    for name in ("digits", *IDENTITIES):
+        shutil.copytree(example_repository / name, repository / name)
+    server = start_server(
+        in_processes(repository, "digits", *IDENTITIES),
+        log_dir=tmp_path_factory.mktemp("in-processes-logs"),
+    )
+    yield server
+    assert server.stop() == 0, server.log()
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_every_datatype_and_digits_same_as_threads(process_server, gateway, protocol):
-    server = process_server("digits", *IDENTITIES)
+def test_every_datatype_and_digits_same_as_threads(identities_in_processes, gateway, protocol):
+    server = identities_in_processes
     assert set(workers_of(server)) == {f"{m}-1-0" for m in ("digits", *IDENTITIES)}
     mod = httpclient if protocol == "http" else grpcclient
     url = server.http_url if protocol == "http" else server.grpc_url
