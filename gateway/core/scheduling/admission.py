@@ -112,10 +112,11 @@ class Admission:
             self.mean_rows, self.mean_s = float(rows), seconds
             return
         d_rows, d_s = rows - self.mean_rows, seconds - self.mean_s
-        self.mean_rows += WEIGHT * d_rows
         self.mean_s += WEIGHT * d_s
-        self.var_rows = (1 - WEIGHT) * (self.var_rows + WEIGHT * d_rows * d_rows)
-        self.cov = (1 - WEIGHT) * (self.cov + WEIGHT * d_rows * d_s)
+        if d_rows or self.var_rows or self.cov:  # (else every run so far had these rows:
+            self.mean_rows += WEIGHT * d_rows  # the updates below would leave all three)
+            self.var_rows = (1 - WEIGHT) * (self.var_rows + WEIGHT * d_rows * d_rows)
+            self.cov = (1 - WEIGHT) * (self.cov + WEIGHT * d_rows * d_s)
 
     def cost(self) -> tuple[float, float]:
         """(seconds a run, seconds a row) fitted to recent runs. While their sizes hardly

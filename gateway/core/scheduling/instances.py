@@ -112,6 +112,9 @@ class Instance:
             self.running = loop.run_in_executor(self._thread, self._timed_run, inputs, output_names)
             # shield: a cancelled caller must not cancel the bookkeeping of a run in progress.
             outputs, run_ns = await asyncio.shield(self.running)
+            # Ended, and its caller here: nothing for the pool to wait for (it checks the
+            # future only while one is set: the common case is then a plain test).
+            self.running = None
         self.recent_run_ns = moving_average(self.recent_run_ns, run_ns)
         return outputs, run_ns
 

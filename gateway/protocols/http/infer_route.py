@@ -85,9 +85,11 @@ async def serve_infer(
     version: str,
 ) -> None:
     """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
-    if ADMITTED not in scope:  # not asked already by the protocol (http/early_refusal.py)
-        # Before the body is read: a refusal must cost little.
-        core.shedder.check(counted=COUNTED in scope)
+    shedder = core.shedder
+    if shedder.target_lag_s > 0 and ADMITTED not in scope:  # on, and not asked already by
+        # the protocol (http/early_refusal.py). Before the body is read: a refusal must
+        # cost little.
+        shedder.check(counted=COUNTED in scope)
     started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
     headers = dict(scope["headers"])
     body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
