@@ -177,8 +177,8 @@ class Admission:
             window_s = MIN_WINDOW_S
         shedding = self.growth.arrive(now, queued_rows, rows if rows > 1 else 1, window_s)
         exempt = requests_ahead < EXEMPT_PER_INSTANCE * self.instances
-        if exempt and deadline is None:
-            return  # its limit is infinite: no wait to predict
+        if deadline is None and (exempt or (self.budget_ms is None and not shedding)):
+            return  # nothing limits its wait: no wait to predict (a closed loop's queue)
         wait = self.wait_s(running, queued_rows)
         if wait == 0.0:
             return

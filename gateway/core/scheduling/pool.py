@@ -60,14 +60,24 @@ class InstancePool:
         instance = self.try_acquire()
         if instance is not None:
             return instance
-        if all(i.retired for i in self.instances):
-            raise self._retired_error()
-        refusal = restart_refusal(self.model, self.instances, self._overdue)
-        if refusal is not None:
-            raise refusal
+        # Under a closed loop's load every request waits here (each release hands the
+        # instance to the oldest waiter): the checks for instances that are down run only
+        # while one is (a loop, not all(), and no call otherwise).
+        down = False
+        for each in self.instances:
+            if each.retired or each.down_reason is not None:  # restarting sets a reason
+                down = True
+                break
+        if down:
+            if all(i.retired for i in self.instances):
+                raise self._retired_error()
+            refusal = restart_refusal(self.model, self.instances, self._overdue)
+            if refusal is not None:
+                raise refusal
         waiter: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        self._bound_waits()
+        if down:
+            self._bound_waits()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -96,14 +106,14 @@ class InstancePool:
         return True
 
     def release(self, instance: Any) -> None:
-        if not self._waiters and instance.running is None and not instance.retired:
-            self._overdue = False  # (the common case, at once: _usable's checks inline)
-            self._idle.append(instance)
+        # The common case, with waiters or without: _usable's checks, inline.
+        if instance.running is None and not instance.retired:
+            self._overdue = False
+        elif not self._usable(instance):
             return
-        if not self._usable(instance):
-            return
-        while self._waiters:
-            waiter = self._waiters.popleft()
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(instance)
                 return

@@ -121,6 +121,18 @@ def test_the_requests_exempt_from_the_budget_grow_with_the_instances():
         admission.check(3, ahead - 2, requests_ahead=ahead + 1, now=0.0)
 
 
+def test_a_standing_queue_without_budget_deadline_or_growth_is_not_priced(monkeypatch):
+    # Nothing bounds such a request's wait, so none is predicted: a closed loop of 64
+    # pays no cost model per request.
+    admission = Admission("m", instances=1, budget_ms=None)
+    admission.observe(0.100)
+    monkeypatch.setattr(Admission, "wait_s", lambda *_: pytest.fail("wait predicted"))
+    admission.check(1, 500, requests_ahead=501, now=0.0)
+    monkeypatch.undo()
+    with pytest.raises(Overloaded, match="deadline"):  # a deadline is still a bound
+        admission.check(1, 500, requests_ahead=501, now=0.0, deadline=0.5)
+
+
 def test_deadline_of_takes_the_sooner_of_the_front_and_the_timeout_parameter():
     assert deadline_of(InferRequest("m"), 10.0) is None
     assert deadline_of(InferRequest("m", parameters={"timeout": 2_000_000}), 10.0) == 12.0
