@@ -116,6 +116,23 @@ def to_raw(array: np.ndarray, datatype: str) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
 
+# Below this many bytes a copy costs less than the calls that make a view.
+VIEW_FROM_BYTES = 64 * 1024
+
+
+def raw_view(array: np.ndarray, datatype: str) -> bytes | memoryview:
+    """to_raw without its copy where the array holds its wire bytes already: a view that
+    keeps the array alive, for a caller that copies the bytes on (a large tensor's
+    response body is then copied once, not twice)."""
+    if (
+        datatype == "BYTES"
+        or array.nbytes < VIEW_FROM_BYTES
+        or array.dtype != WIRE_DTYPES[datatype]
+    ):
+        return to_raw(array, datatype)
+    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
 def deserialize_bytes(raw: bytes | memoryview, count: int, where: str) -> np.ndarray:
     """Parse `count` length-prefixed (uint32 little-endian) elements."""
     view = memoryview(raw)

@@ -20,6 +20,7 @@ from gateway.protocols.http.app import create_app
 from gateway.protocols.http.early_refusal import protocol_for
 from gateway.protocols.http.infer_route import with_infer_route
 from gateway.protocols.http.timeouts import timed_protocol
+from gateway.protocols.http.whole_body import whole_body_protocol
 
 
 def event_loop_factory():
@@ -67,15 +68,20 @@ def check_ports_free(options: Any) -> None:
 
 def uvicorn_server(
     app: Any, limits: ConnectionLimits, context: ssl.SSLContext | None = None,
-    shedder: Any = None,
+    shedder: Any = None, max_body_bytes: int | None = None,
 ) -> _Uvicorn:  # fmt: skip
     """`shedder`: the core's LoopShedder, for a server of inference requests (they are
     refused before uvicorn builds them while it says so:
-    gateway/protocols/http/early_refusal.py)."""
+    gateway/protocols/http/early_refusal.py). `max_body_bytes`: for a server of inference
+    requests, whose large bodies are read into one buffer each up to that size
+    (gateway/protocols/http/whole_body.py)."""
+    protocol = timed_protocol(limits.read_timeout_s)
+    if max_body_bytes is not None:
+        protocol = whole_body_protocol(protocol, max_body_bytes)
     config = uvicorn.Config(
         app,
         loop="none",
-        http=protocol_for(timed_protocol(limits.read_timeout_s), shedder),
+        http=protocol_for(protocol, shedder),
         # Requests on any connection get 503 while this many connections are open:
         # checked per request (two len() calls), not once per connection, since one
         # opened before the cap was reached gets the 503s too.
@@ -143,7 +149,7 @@ class Listeners:
         app = create_app(self.core, options.max_body_bytes)
         self.http = uvicorn_server(
             with_infer_route(app, self.core, options.max_body_bytes), options.limits, context,
-            getattr(self.core, "shedder", None),
+            getattr(self.core, "shedder", None), options.max_body_bytes,
         )  # fmt: skip
         self._task = asyncio.create_task(self.http.serve(sockets=[self._http_socket]))
 

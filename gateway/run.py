@@ -7,6 +7,7 @@ import asyncio
 import sys
 
 from gateway.listeners import event_loop_factory
+from gateway.operation import heap
 from gateway.operation.security import ConfigError
 from gateway.server import Gateway, ServerOptions
 
@@ -20,6 +21,7 @@ def run_gateway(options: ServerOptions, command: str = "accel-gateway") -> int:
     1: a port or file it could not use)."""
     options.log.apply()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    heap.keep_freed_buffers()
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(Gateway(options).run())

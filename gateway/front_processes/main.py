@@ -24,6 +24,7 @@ from gateway.front_processes import wire
 from gateway.front_processes.channel import Channel
 from gateway.front_processes.remote import RemoteCore
 from gateway.listeners import Listeners, event_loop_factory
+from gateway.operation import heap
 
 log = logging.getLogger("accel_gateway")
 
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s front: %(message)s"
     )
+    heap.keep_freed_buffers()  # as the server's own process (gateway/run.py)
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(serve(args.channel_fd))
 

@@ -20,7 +20,7 @@ from accel_base.datatypes import (
     check_shape,
     from_raw,
     json_data,
-    to_raw,
+    raw_view,
 )
 from accel_base.errors import InvalidArgument
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -130,7 +130,7 @@ def _parameters(container: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def decode_request(
-    body: bytes,
+    body: bytes | bytearray,
     header_length: int | None,
     model_name: str,
     model_version: str,
@@ -150,6 +150,8 @@ def decode_request(
     if type(raw_inputs) is not list:
         raw_inputs = get_list(header, "inputs", "the request", required=True)
     view = memoryview(body)
+    if not view.readonly:  # a body read into a buffer (whole_body.py): inputs stay read-only
+        view = view.toreadonly()
     offset = len(header_bytes)
     inputs = []
     for position, raw in enumerate(raw_inputs):
@@ -240,7 +242,7 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
     for o in request.outputs:
         wants_binary[o.name] = o.parameters.get("binary_data", binary_default)
     outputs = []
-    blobs: list[bytes] = []
+    blobs: list[bytes | memoryview] = []
     for tensor in response.outputs:
         binary = wants_binary.get(tensor.name, binary_default) or tensor.datatype == "BF16"
         entry: dict[str, Any] = {
@@ -254,7 +256,7 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
             outputs.append(entry)
             continue
         if binary:
-            blob = to_raw(tensor.data, tensor.datatype)
+            blob = raw_view(tensor.data, tensor.datatype)  # the join below copies it
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:

@@ -31,7 +31,7 @@ REFUSED_RESPONSE = (
 )
 
 
-def _is_infer(url: bytes) -> bool:
+def is_infer(url: bytes) -> bool:
     return url.startswith(b"/v2/models/") and url.endswith(b"/infer")
 
 
@@ -51,7 +51,7 @@ def refusing_protocol(base: type, shedder: LoopShedder) -> type:
         def on_headers_complete(self) -> None:
             if (
                 self.parser.get_method() != b"POST"
-                or not _is_infer(self.url)
+                or not is_infer(self.url)
                 or self.parser.should_upgrade()  # uvicorn hands it to another protocol,
             ):  # which would never count it out
                 super().on_headers_complete()

@@ -21,7 +21,7 @@ from gateway.core.interface import Core
 from gateway.core.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.operation.log_settings import Occasional
 from gateway.operation.tracing.tracer import traced
-from gateway.protocols.http.body import read_body
+from gateway.protocols.http.body import read_infer_body
 from gateway.protocols.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.protocols.http.compression import choose_encoding, compress, decompress
 from gateway.protocols.http.early_refusal import ADMITTED, COUNTED
@@ -92,7 +92,7 @@ async def serve_infer(
         shedder.check(counted=COUNTED in scope)
     started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
     headers = dict(scope["headers"])
-    body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
+    body = await read_infer_body(receive, headers.get(b"content-length"), max_body_bytes, scope)
     encoding = headers.get(b"content-encoding")
     if encoding is not None:
         body = decompress(body, encoding.decode("latin-1"), max_body_bytes)

@@ -1,12 +1,18 @@
 """settle(): the heap that survives a load is frozen out of later collections, and what
 an unload leaves as garbage is collected by the next settle. released(): memory a
-client left goes back to the system once 16 MiB of it were let go."""
+client left goes back to the system once 16 MiB of it were let go. keep_freed_buffers():
+large blocks come from the heap and stay there when freed."""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
+import subprocess
+import sys
 import weakref
+
+import pytest
 
 from gateway.operation import heap
 
@@ -66,3 +72,42 @@ def test_a_trim_whose_loop_stopped_before_it_ran_does_not_stop_later_ones(monkey
     heap.released(32 << 20)  # no loop now: at once
     assert trims == [0]
     loop.close()
+
+
+KEEP_CHECK = """
+import ctypes, sys
+from gateway.operation import heap
+
+class Info(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+        "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "keep":
+    heap.keep_freed_buffers()
+mapped_before = libc.mallinfo2().hblkhd
+block = bytearray(8 << 20)  # a large tensor's buffer
+mapped = libc.mallinfo2().hblkhd - mapped_before
+del block
+kept = libc.mallinfo2().fordblks  # freed bytes the heap holds on to
+print(mapped, kept)
+"""
+
+
+def test_large_freed_buffers_stay_in_the_heap_for_the_next_request():
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later: keep_freed_buffers does nothing here")
+
+    def run(mode: str) -> tuple[int, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", KEEP_CHECK, mode], capture_output=True, text=True, check=True
+        )
+        mapped, kept = out.stdout.split()
+        return int(mapped), int(kept)
+
+    mapped, _ = run("default")
+    assert mapped >= 8 << 20  # glibc's default: a mapping of its own, unmapped when freed
+    mapped, kept = run("keep")
+    assert mapped == 0 and kept >= 8 << 20  # from the heap, and kept there once freed

@@ -15,11 +15,15 @@ from gateway.operation.shedding import LoopShedder
 
 @contextlib.asynccontextmanager
 async def serving(
-    app: Any, read_timeout_s: float, shedder: LoopShedder | None = None
+    app: Any,
+    read_timeout_s: float,
+    shedder: LoopShedder | None = None,
+    max_body_bytes: int | None = None,
 ) -> AsyncIterator[int]:
     """The port `app` is served on while the block runs; stopped after it."""
     sock = listen("127.0.0.1", 0, "HTTP")
-    server = uvicorn_server(app, ConnectionLimits(read_timeout_s=read_timeout_s), None, shedder)
+    limits = ConnectionLimits(read_timeout_s=read_timeout_s)
+    server = uvicorn_server(app, limits, None, shedder, max_body_bytes)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)
