@@ -35,8 +35,8 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int) -> byt
 
 async def read_infer_body(
     receive: Receive, declared: bytes | None, limit: int, scope: Scope
-) -> bytes | bytearray:
-    """read_body, or the buffer the protocol read a large body into (whole_body.py): its
+) -> bytes:
+    """read_body, or the large body the protocol read whole itself (whole_body.py): its
     receive() then ends an empty body."""
     body = await read_body(receive, declared, limit)
     if not body:

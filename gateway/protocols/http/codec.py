@@ -130,7 +130,7 @@ def _parameters(container: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def decode_request(
-    body: bytes | bytearray,
+    body: bytes,
     header_length: int | None,
     model_name: str,
     model_version: str,
@@ -150,8 +150,6 @@ def decode_request(
     if type(raw_inputs) is not list:
         raw_inputs = get_list(header, "inputs", "the request", required=True)
     view = memoryview(body)
-    if not view.readonly:  # a body read into a buffer (whole_body.py): inputs stay read-only
-        view = view.toreadonly()
     offset = len(header_bytes)
     inputs = []
     for position, raw in enumerate(raw_inputs):

@@ -13,7 +13,7 @@ from accel_base.errors import InvalidArgument, PayloadTooLarge
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
-def decompress(body: bytes | bytearray, encoding: str | None, limit: int) -> bytes | bytearray:
+def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     if not encoding or encoding == "identity":
         return body
     wbits = _WBITS.get(encoding.strip().lower())

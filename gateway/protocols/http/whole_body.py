@@ -7,10 +7,10 @@ messages. A 4 MiB tensor paid three copies of itself and, for every piece, a tur
 event loop and two system calls to pause and resume reading. Here, when the first
 piece of an inference request's body is 8 KiB or more (a read of a loopback or LAN
 upload holds a segment or more) and its declared Content-Length is past 64 KiB and
-within the server's body limit, the protocol appends each read to one buffer of the
-request's own, without pausing: the body's only copy, and memory that grows with the
-bytes received, as before. The handler's receive() then sees the end of an empty body,
-and read_body (body.py) takes the buffer from the request's scope.
+within the server's body limit, the protocol keeps each read, without pausing, and joins
+them once when the body is whole: its only copy, with memory that grows with the bytes
+received, as before. The handler's receive() then sees the end of an empty body, and
+read_infer_body (body.py) takes the joined body from the request's scope.
 
 A body that starts small, or declares no length (chunked), or is over the limit, takes
 uvicorn's way, where read_body answers 413 past the limit as before.
@@ -44,29 +44,28 @@ def whole_body_protocol(base: type[HttpToolsProtocol], limit: int) -> type[HttpT
     """`base` reading a large inference request's body into one buffer (see the module)."""
 
     class WholeBodyProtocol(base):  # type: ignore[valid-type,misc]
-        __slots__ = ("_seen", "_buffer")  # as the base's (timeouts.py)
+        __slots__ = ("_seen", "_pieces")  # as the base's (timeouts.py)
         _seen: Any  # the cycle whose body began last: a new one is a new request's
-        _buffer: bytearray | None  # the body's buffer, while one is being filled
+        _pieces: list[bytes] | None  # the body's pieces so far, while it is being read
 
         def connection_made(self, transport: Any) -> None:
-            self._seen, self._buffer = None, None
+            self._seen, self._pieces = None, None
             super().connection_made(transport)
 
         def on_body(self, body: bytes) -> None:
             cycle = self.cycle
             if self._seen is not cycle:  # the request's first piece of body
-                self._seen, self._buffer = cycle, None
+                self._seen, self._pieces = cycle, None
                 if len(body) >= FIRST_PIECE_BYTES and self._begin(cycle):
-                    self._fill(body)
+                    self._pieces = [body]
                     return
-            elif self._buffer is not None:
-                self._fill(body)
+            elif self._pieces is not None:
+                self._pieces.append(body)
                 return
             base.on_body(self, body)  # (not super(): it costs as much as the rest here)
 
         def _begin(self, cycle: Any) -> bool:
-            """Take a large inference request's body into a buffer of its own; False:
-            uvicorn's way."""
+            """Whether to read this inference request's body here (else uvicorn's way)."""
             if (
                 cycle.response_complete
                 or cycle.body
@@ -75,32 +74,20 @@ def whole_body_protocol(base: type[HttpToolsProtocol], limit: int) -> type[HttpT
             ):
                 return False
             length = declared_length(cycle.scope["headers"], limit)
-            if length is None or length <= HIGH_WATER_LIMIT:  # uvicorn's way is one piece
-                return False
-            # Grown as the body comes (bytearray grows in place, by realloc), never made
-            # to the declared size at once: memory follows the bytes a client has sent.
-            self._buffer = cycle.scope[WHOLE_BODY] = bytearray()
-            return True
-
-        def _fill(self, body: bytes) -> None:
-            cycle = self.cycle
-            if cycle.response_complete:  # answered already (a refusal): drop the rest
-                self._buffer = None
-                cycle.scope.pop(WHOLE_BODY, None)
-                return
-            assert self._buffer is not None
-            self._buffer += body
+            # (A body within uvicorn's 64 KiB is one piece its way too.)
+            return length is not None and length > HIGH_WATER_LIMIT
 
         def on_message_complete(self) -> None:
-            cycle = self.cycle
-            if self._buffer is not None and cycle is not None and cycle.response_complete:
-                cycle.scope.pop(WHOLE_BODY, None)  # answered without reading it
-            # The buffer stays in the scope, for read_body; nothing here holds it now.
-            self._seen = self._buffer = None
+            pieces, cycle = self._pieces, self.cycle
+            if pieces is not None and cycle is not None and not cycle.response_complete:
+                # Joined once, whole: memory followed the bytes the client sent, never the
+                # length it declared.
+                cycle.scope[WHOLE_BODY] = b"".join(pieces)
+            self._seen = self._pieces = None
             base.on_message_complete(self)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._seen, self._buffer = None, None
+            self._seen, self._pieces = None, None
             super().connection_lost(exc)
 
     return WholeBodyProtocol
