@@ -73,7 +73,7 @@ def uvicorn_server(
     """`shedder`: the core's LoopShedder, for a server of inference requests (they are
     refused before uvicorn builds them while it says so:
     gateway/protocols/http/early_refusal.py). `max_body_bytes`: for a server of inference
-    requests, whose large bodies are read into one buffer each up to that size
+    requests, whose large bodies up to that size are read whole by the protocol
     (gateway/protocols/http/whole_body.py)."""
     protocol = timed_protocol(limits.read_timeout_s)
     if max_body_bytes is not None:

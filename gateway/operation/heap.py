@@ -15,8 +15,9 @@ Large tensors' buffers stay in the heap between requests (`keep_freed_buffers`).
 request makes several buffers of its size (the body, the output, the response), and
 glibc by default gives such blocks back to the kernel as soon as they are freed: every
 request then faulted its memory in again, page by page. With identity at 4 MiB, c=4, on
-one core, that was half the server's CPU a request over gRPC (36.6 -> 72.0 requests/s
-kept) and a sixth over HTTP (85 -> 100). The price is up to HEAP_TRIM_THRESHOLD of freed
+one core, that was about half the server's CPU a request over gRPC (36.6 requests/s,
+then 66 with the heap kept here, 72-77 with glibc's environment variables) and a tenth
+to a sixth over HTTP (85, then 92; 100-103). The price is up to HEAP_TRIM_THRESHOLD of freed
 memory held between requests; `settle()` gives it all back after a load or an unload,
 so that a thread instance's measured footprint (its load's growth) starts clean.
 """

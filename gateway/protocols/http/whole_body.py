@@ -1,4 +1,4 @@
-"""A large inference request's body is read into one buffer made for its declared length.
+"""A large inference request's body is read whole at the protocol, and joined once.
 
 uvicorn hands a body to the application in pieces: it appends each read (up to 256 KiB
 with uvloop) to a buffer, stops reading once that holds 64 KiB until the application
@@ -25,7 +25,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.protocols.http.early_refusal import is_infer
 
-# The key of the request's ASGI scope that holds the filled buffer.
+# The key of the request's ASGI scope that holds the body read whole.
 WHOLE_BODY = "gateway.whole_body"
 # A first piece at least this long has its request's Content-Length looked at (a small
 # request's whole body comes in one short piece: it pays one comparison).
@@ -41,7 +41,7 @@ def declared_length(headers: list[tuple[bytes, bytes]], limit: int) -> int | Non
 
 
 def whole_body_protocol(base: type[HttpToolsProtocol], limit: int) -> type[HttpToolsProtocol]:
-    """`base` reading a large inference request's body into one buffer (see the module)."""
+    """`base` reading a large inference request's body whole itself (see the module)."""
 
     class WholeBodyProtocol(base):  # type: ignore[valid-type,misc]
         __slots__ = ("_seen", "_pieces")  # as the base's (timeouts.py)
