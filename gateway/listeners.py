@@ -17,10 +17,10 @@ from gateway.core.interface import Core
 from gateway.operation.limits import ConnectionLimits
 from gateway.protocols.grpc.listener import GatewayGrpc, GrpcioGrpc
 from gateway.protocols.http.app import create_app
+from gateway.protocols.http.direct import DirectPath, direct_protocol
 from gateway.protocols.http.early_refusal import protocol_for
-from gateway.protocols.http.infer_route import with_infer_route
+from gateway.protocols.http.infer_route import InferRoute, with_infer_route
 from gateway.protocols.http.timeouts import timed_protocol
-from gateway.protocols.http.whole_body import whole_body_protocol
 
 
 def event_loop_factory():
@@ -68,16 +68,15 @@ def check_ports_free(options: Any) -> None:
 
 def uvicorn_server(
     app: Any, limits: ConnectionLimits, context: ssl.SSLContext | None = None,
-    shedder: Any = None, max_body_bytes: int | None = None,
+    shedder: Any = None, direct: DirectPath | None = None,
 ) -> _Uvicorn:  # fmt: skip
     """`shedder`: the core's LoopShedder, for a server of inference requests (they are
     refused before uvicorn builds them while it says so:
-    gateway/protocols/http/early_refusal.py). `max_body_bytes`: for a server of inference
-    requests, whose large bodies up to that size are read whole by the protocol
-    (gateway/protocols/http/whole_body.py)."""
+    gateway/protocols/http/early_refusal.py). `direct`: the requests the protocol answers
+    without ASGI (gateway/protocols/http/direct.py)."""
     protocol = timed_protocol(limits.read_timeout_s)
-    if max_body_bytes is not None:
-        protocol = whole_body_protocol(protocol, max_body_bytes)
+    if direct is not None:
+        protocol = direct_protocol(protocol, direct)
     config = uvicorn.Config(
         app,
         loop="none",
@@ -147,9 +146,11 @@ class Listeners:
         await self.grpc.set_serving(False)
         options = self.options
         app = create_app(self.core, options.max_body_bytes)
+        route = InferRoute(self.core, options.max_body_bytes)
         self.http = uvicorn_server(
             with_infer_route(app, self.core, options.max_body_bytes), options.limits, context,
-            getattr(self.core, "shedder", None), options.max_body_bytes,
+            getattr(self.core, "shedder", None),
+            DirectPath(route, options.max_body_bytes, InferRoute.PREFIXES),
         )  # fmt: skip
         self._task = asyncio.create_task(self.http.serve(sockets=[self._http_socket]))
 

@@ -19,6 +19,7 @@ from gateway.listeners import listen, uvicorn_server
 from gateway.operation.security import TLSFiles
 from gateway.protocols.grpc.h2.server import H2Server
 from gateway.protocols.grpc.listener import h2_server
+from gateway.protocols.http.direct import DirectPath
 from gateway.protocols.http.sagemaker import create_sagemaker_app
 from gateway.protocols.tfserving.grpc_api import add_tfserving_services
 from gateway.protocols.tfserving.options import TfServingOptions
@@ -28,7 +29,7 @@ from gateway.protocols.torchserve.grpc_api import (
     add_torchserve_inference,
     add_torchserve_management,
 )
-from gateway.protocols.torchserve.inference import create_inference_app
+from gateway.protocols.torchserve.inference import PredictionsRoute, create_inference_app
 from gateway.protocols.torchserve.keys import AdminKey
 from gateway.protocols.torchserve.management import Management
 from gateway.protocols.torchserve.management_http import create_management_app
@@ -58,6 +59,8 @@ class SideFront:
     background: Callable[[Core], Coroutine[Any, Any, None]] | None = None
     # TLS files of its own (TF Serving's --ssl_config_file), in place of the server's.
     tls_files: TLSFiles | None = None
+    # HTTP: what its protocol answers without ASGI (gateway/protocols/http/direct.py).
+    direct: Callable[[Core], DirectPath] | None = None
 
 
 def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
@@ -79,6 +82,8 @@ def _torchserve_fronts(ts: TorchServeOptions, options: Any) -> list[SideFront]:
             "TorchServe inference", "API (/ping, /predictions)", ts.inference_port,
             lambda core, _: create_inference_app(core, models, body, ts.keys),
             host=ts.inference_host, tls=True,
+            direct=lambda core: DirectPath(
+                PredictionsRoute(core, models, ts.keys), body, PredictionsRoute.PREFIXES),
         ))  # fmt: skip
     if ts.management_port is not None:
         fronts.append(SideFront(
@@ -197,7 +202,9 @@ class SideServers:
                 await server.start(sock, context)
                 self.grpc_servers.append(server)
             else:
-                uvicorn = uvicorn_server(front.make(core, options), limits, context)
+                direct = front.direct(core) if front.direct is not None else None
+                app = front.make(core, options)
+                uvicorn = uvicorn_server(app, limits, context, direct=direct)
                 self.servers.append(uvicorn)
                 self.tasks.append(asyncio.create_task(uvicorn.serve(sockets=[sock])))
             if front.background is not None:

@@ -6,10 +6,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from accel_base.errors import InvalidArgument, PayloadTooLarge
-from gateway.protocols.http.whole_body import WHOLE_BODY
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Scope = MutableMapping[str, Any]
 
 
 async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytes:
@@ -31,16 +29,3 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int) -> byt
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-async def read_infer_body(
-    receive: Receive, declared: bytes | None, limit: int, scope: Scope
-) -> bytes:
-    """read_body, or the large body the protocol read whole itself (whole_body.py): its
-    receive() then ends an empty body."""
-    body = await read_body(receive, declared, limit)
-    if not body:
-        whole = scope.pop(WHOLE_BODY, None)
-        if whole is not None:
-            return whole
-    return body

@@ -1,8 +1,10 @@
-"""POST .../infer as a plain ASGI handler, in front of the FastAPI app.
+"""POST .../infer: on the direct path (direct.py, `InferRoute`), and as a plain ASGI
+handler in front of the FastAPI app for a request the direct path does not take.
 
 The infer route is the hot path: FastAPI's routing, dependency solving and
-Request/Response objects cost about as much as the rest of a small request. This
-handler reads the ASGI messages directly; every other route stays in FastAPI.
+Request/Response objects cost about as much as the rest of a small request, and
+uvicorn's ASGI machinery about a third of it. Both ways share `infer_reply`, which
+decodes, runs and encodes; every other route stays in FastAPI.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from gateway.core.interface import Core
 from gateway.core.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.operation.log_settings import Occasional
 from gateway.operation.tracing.tracer import traced
-from gateway.protocols.http.body import read_infer_body
+from gateway.protocols.http.body import read_body
 from gateway.protocols.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.protocols.http.compression import choose_encoding, compress, decompress
+from gateway.protocols.http.direct import DirectRequest, Reply
 from gateway.protocols.http.early_refusal import ADMITTED, COUNTED
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
 _HEADER_LENGTH = HEADER_LENGTH.encode()
+# In a direct request's scope: when it came (perf_counter_ns), while tracing is on.
+_STARTED = "gateway.started_ns"
 
 
 def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
@@ -75,24 +80,45 @@ async def respond(send: Send, status: int, body: bytes, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve_infer(
+async def send_reply(send: Send, reply: Reply) -> None:
+    """`reply` over ASGI: a streamed one (`more`) as the chunks of one body."""
+    if reply.more is None:
+        await respond(send, reply.status, bytes(reply.body), reply.headers)
+        return
+    try:
+        await send(
+            {"type": "http.response.start", "status": reply.status, "headers": reply.headers}
+        )
+        await send({"type": "http.response.body", "body": bytes(reply.body), "more_body": True})
+        # (uvicorn's send returns quietly once a client has gone: a stream runs on to its
+        # end, which its source bounds.)
+        async for chunk in reply.more:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await reply.more.aclose()
+
+
+def check_shedder(core: Core, flags: Scope) -> None:
+    """Refuse (Unavailable) while the core's shedder says so. `flags`: the request's
+    scope, where the protocol says whether it asked already (http/early_refusal.py)."""
+    shedder = core.shedder
+    if shedder.target_lag_s > 0 and ADMITTED not in flags:  # on, and not asked already
+        shedder.check(counted=COUNTED in flags)
+
+
+async def infer_reply(
     core: Core,
     max_body_bytes: int,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
+    headers: dict[bytes, bytes],
+    body: bytes,
     name: str,
     version: str,
-) -> None:
-    """Read a V2 infer body (JSON or binary extension), run it on model `name`, answer."""
-    shedder = core.shedder
-    if shedder.target_lag_s > 0 and ADMITTED not in scope:  # on, and not asked already by
-        # the protocol (http/early_refusal.py). Before the body is read: a refusal must
-        # cost little.
-        shedder.check(counted=COUNTED in scope)
-    started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
-    headers = dict(scope["headers"])
-    body = await read_infer_body(receive, headers.get(b"content-length"), max_body_bytes, scope)
+    client_gone: Callable[[], bool] | None,
+    started: int,
+) -> Reply:
+    """Run a V2 infer body (JSON or binary extension) on model `name`: the answer.
+    `started`: perf_counter_ns when the request came, for a trace (0: not traced)."""
     encoding = headers.get(b"content-encoding")
     if encoding is not None:
         body = decompress(body, encoding.decode("latin-1"), max_body_bytes)
@@ -109,7 +135,7 @@ async def serve_infer(
         version,
         core.shared_memory.input_array,
     )
-    request.client_gone = disconnect_probe(receive)
+    request.client_gone = client_gone
     request.header = _Headers(headers)
     REQUEST_ID.set(request.id)  # the lines logged while serving it name it ("": none)
     trace = core.tracing.start(request, "http", started, request.header) if started else None
@@ -134,30 +160,99 @@ async def serve_infer(
     if chosen is not None:
         payload = compress(payload, chosen)
         reply_headers.append((b"content-encoding", chosen.encode()))
-    await respond(send, 200, payload, reply_headers)
+    return Reply(200, reply_headers, payload)
+
+
+async def serve_infer(
+    core: Core,
+    max_body_bytes: int,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    name: str,
+    version: str,
+) -> None:
+    """infer_reply over ASGI: for a request the direct path did not take, and SageMaker's
+    routes."""
+    check_shedder(core, scope)  # before the body is read: a refusal must cost little
+    started = time.perf_counter_ns() if core.tracing.settings.enabled else 0
+    headers = dict(scope["headers"])
+    body = await read_body(receive, headers.get(b"content-length"), max_body_bytes)
+    reply = await infer_reply(
+        core, max_body_bytes, headers, body, name, version, disconnect_probe(receive), started
+    )
+    await send_reply(send, reply)
+
+
+class InferRoute:
+    """POST /v2/models/{name}[/versions/{version}]/infer on the direct path (direct.py)."""
+
+    PREFIXES = (b"/v2/models/",)
+
+    def __init__(self, core: Core, max_body_bytes: int) -> None:
+        self.core, self.max_body_bytes = core, max_body_bytes
+
+    def match(self, path: str) -> tuple[str, str] | None:
+        match = _INFER_PATH.fullmatch(path)
+        return None if match is None else (match[1], match[2] or "")
+
+    def admit(self, request: DirectRequest, matched: tuple[str, str]) -> Reply | None:
+        core = self.core
+        try:
+            check_shedder(core, request.scope)
+        except GatewayError as exc:
+            return failure_reply(exc, request.path, matched)
+        if core.tracing.settings.enabled:
+            request.scope[_STARTED] = time.perf_counter_ns()
+        return None
+
+    async def answer(self, request: DirectRequest, matched: tuple[str, str], body: bytes) -> Reply:
+        try:
+            name, version = matched
+            return await infer_reply(
+                self.core, self.max_body_bytes, dict(request.headers), body, name, version,
+                lambda: request.disconnected, request.scope.get(_STARTED, 0),
+            )  # fmt: skip
+        except Exception as exc:
+            return failure_reply(exc, request.path, matched)
+
+    def failed(self, request: DirectRequest, exc: Exception) -> Reply:
+        return failure_reply(exc, request.path)
+
+
+def failure_reply(exc: Exception, path: str, model: tuple[str, str] | None = None) -> Reply:
+    """A GatewayError's status and message, anything else a 500, as {"error": message}:
+    never a stack trace to the client. `model`: the name and version a request asked for."""
+    if not isinstance(exc, GatewayError):
+        log.error("unexpected error on %s", path, exc_info=exc)
+        return error_reply(f"internal error: {type(exc).__name__}: {exc}", 500)
+    if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
+        # Keyed by the model and version asked for: not by the path, which a client
+        # can spell many ways (versions/1, versions/01, ...).
+        key: Any = path
+        if model is not None:
+            name, version = model
+            key = (name, str(int(version)) if version.isdigit() else version)
+        _backend_failed(key, "a request on %s failed: %s", path, exc.message)
+    return error_reply(exc.message, exc.http_status, exc.retry_after_s)
+
+
+def error_reply(message: str, status: int, retry_after_s: int | None = None) -> Reply:
+    headers = [(b"content-type", b"application/json")]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    return Reply(status, headers, orjson.dumps({"error": message}))
 
 
 async def answer_errors(
     send: Send, path: str, handler: Awaitable[None], model: tuple[str, str] | None = None
 ) -> None:
-    """Await `handler`, answering a GatewayError with its status and anything else with
-    a 500, as {"error": message}: never a stack trace to the client. `model`: the name
-    and version a request asked for."""
+    """Await `handler`, answering a failure as failure_reply says."""
     try:
         await handler
-    except GatewayError as exc:
-        if isinstance(exc, Internal):  # a backend's own failure: the operator's news too
-            # Keyed by the model and version asked for: not by the path, which a client
-            # can spell many ways (versions/1, versions/01, ...).
-            key: Any = path
-            if model is not None:
-                name, version = model
-                key = (name, str(int(version)) if version.isdigit() else version)
-            _backend_failed(key, "a request on %s failed: %s", path, exc.message)
-        await error(send, exc.message, exc.http_status, exc.retry_after_s)
     except Exception as exc:
-        log.exception("unexpected error on %s", path)
-        await error(send, f"internal error: {type(exc).__name__}: {exc}", 500)
+        reply = failure_reply(exc, path, model)
+        await send_reply(send, reply)
 
 
 def with_infer_route(app: ASGIApp, core: Core, max_body_bytes: int) -> ASGIApp:
@@ -182,8 +277,5 @@ def with_infer_route(app: ASGIApp, core: Core, max_body_bytes: int) -> ASGIApp:
 
 
 async def error(send: Send, message: str, status: int, retry_after_s: int | None = None) -> None:
-    body = orjson.dumps({"error": message})
-    headers = [(b"content-type", b"application/json")]
-    if retry_after_s is not None:
-        headers.append((b"retry-after", str(retry_after_s).encode()))
-    await respond(send, status, body, headers)
+    reply = error_reply(message, status, retry_after_s)
+    await send_reply(send, reply)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -26,7 +26,15 @@ from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
-from gateway.protocols.http.infer_route import ASGIApp, Receive, Scope, Send, respond
+from gateway.protocols.http.direct import DirectRequest, Reply
+from gateway.protocols.http.infer_route import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    respond,
+    send_reply,
+)
 from gateway.protocols.torchserve.keys import Keys
 from gateway.protocols.torchserve.models import TorchServeModels, model_not_found, resolve
 from gateway.protocols.torchserve.openapi import INFERENCE, description
@@ -35,7 +43,10 @@ from gateway.protocols.torchserve.replies import (
     NOT_FOUND,
     TOKEN_FAILED,
     authorized,
+    authorized_headers,
     common_headers,
+    error_reply,
+    failure_reply,
     json_bytes,
     reply_failure,
     ts_error,
@@ -144,22 +155,86 @@ def _head(answer: Answer) -> list[tuple[bytes, bytes]]:
     return reply + common_headers(answer.request_id)
 
 
-async def _send_answers(send: Send, answers: AsyncIterator[Answer]) -> None:
-    """One answer as one response; a handler's intermediate responses as the chunks of
-    one (chunked transfer, status and headers from the first), as TorchServe sends them."""
-    first = await anext(answers)
+async def prediction_reply(
+    core: Core, models: TorchServeModels, name: str, version: str, explain: bool,
+    headers: list[tuple[bytes, bytes]], body: bytes,
+) -> Reply:  # fmt: skip
+    """The answer to one prediction (or explanation): a handler's intermediate responses
+    stream as the chunks of one answer, status and headers from the first, as TorchServe
+    sends them."""
+    content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
+    text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+    if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
+        text_headers.append(("explain", "True"))
+    answers = predict_stream(core, models, name, version, body, content_type, text_headers)
+    try:
+        first = await anext(answers)
+    except BaseException:
+        await answers.aclose()
+        raise
     if first.final:
-        await respond(send, first.status, first.body, _head(first))
-        return
-    # The first of several: out at once, the rest as they come.
-    await send({"type": "http.response.start", "status": first.status, "headers": _head(first)})
-    await send({"type": "http.response.body", "body": first.body, "more_body": True})
+        await answers.aclose()
+        return Reply(first.status, _head(first), first.body)
+    return Reply(first.status, _head(first), first.body, _rest(answers))
+
+
+async def _rest(answers: AsyncGenerator[Answer, None]) -> AsyncGenerator[bytes, None]:
+    """The bodies of a stream's answers after its first. (A writer stops reading once its
+    client has gone: the stream then runs on to its handler's end, which the run timeout
+    bounds.)"""
     try:
         async for answer in answers:
-            await send({"type": "http.response.body", "body": answer.body, "more_body": True})
+            yield answer.body
     except GatewayError as exc:  # its status is sent already: the body ends here
         log.warning("TorchServe stream of a prediction ended early: %s", exc.message)
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await answers.aclose()
+
+
+def _prediction(path: str) -> tuple[str, str, bool] | None:
+    """The model, version ("": its default) and whether an explanation is asked, of a
+    predictions or explanations URL path; None for any other path."""
+    parts = path.strip("/").split("/")
+    if parts[0] not in ("predictions", "explanations") or not 2 <= len(parts) <= 3:
+        return None
+    version = unquote(parts[2]) if len(parts) == 3 else ""
+    return unquote(parts[1]), version, parts[0] == "explanations"
+
+
+class PredictionsRoute:
+    """POST /predictions/{model}[/{version}] and /explanations/... on the direct path
+    (gateway/protocols/http/direct.py); every other request goes to the app."""
+
+    PREFIXES = (b"/predictions/", b"/explanations/")
+
+    def __init__(self, core: Core, models: TorchServeModels, keys: Keys | None) -> None:
+        self.core, self.models, self.keys = core, models, keys
+
+    def match(self, path: str) -> tuple[str, str, bool] | None:
+        return _prediction(path)
+
+    def admit(self, request: DirectRequest, matched: tuple[str, str, bool]) -> Reply | None:
+        if not authorized_headers(request.headers, self.keys, "inference"):
+            return error_reply(400, TOKEN_FAILED, kind="InvalidKeyException")
+        try:
+            self.core.shedder.check()
+        except GatewayError as exc:
+            return failure_reply(exc)
+        return None
+
+    async def answer(
+        self, request: DirectRequest, matched: tuple[str, str, bool], body: bytes
+    ) -> Reply:
+        try:
+            name, version, explain = matched
+            return await prediction_reply(
+                self.core, self.models, name, version, explain, request.headers, body
+            )
+        except Exception as exc:
+            return failure_reply(exc)
+
+    def failed(self, request: DirectRequest, exc: Exception) -> Reply:
+        return failure_reply(exc)
 
 
 def create_inference_app(
@@ -171,19 +246,10 @@ def create_inference_app(
         scope: Scope, receive: Receive, send: Send, name: str, version: str, explain: bool
     ) -> None:
         core.shedder.check()
-        named = dict(scope["headers"])
-        body = await read_body(receive, named.get(b"content-length"), max_body_bytes)
-        content_type = named.get(b"content-type", b"").decode("latin-1")
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
-            headers.append(("explain", "True"))
-        answers = predict_stream(core, models, name, version, body, content_type, headers)
-        try:
-            await _send_answers(send, answers)
-        finally:
-            # (uvicorn's send returns quietly once a client has gone: a stream runs on to
-            # its handler's end, which the run timeout bounds.)
-            await answers.aclose()
+        headers = scope["headers"]
+        body = await read_body(receive, dict(headers).get(b"content-length"), max_body_bytes)
+        reply = await prediction_reply(core, models, name, version, explain, headers, body)
+        await send_reply(send, reply)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -200,14 +266,11 @@ def create_inference_app(
                 await respond(
                     send, 200 if healthy else 500, body, [(b"content-type", b"application/json")]
                 )
-            elif parts[0] in ("predictions", "explanations") and 2 <= len(parts) <= 3:
+            elif (prediction := _prediction(scope["path"])) is not None:
                 if method not in ("GET", "POST", "PUT"):  # TorchServe takes all three
                     await ts_error(send, 405, NOT_ALLOWED)
                     return
-                name = unquote(parts[1])
-                version = unquote(parts[2]) if len(parts) == 3 else ""
-                explain = parts[0] == "explanations"
-                await predictions(scope, receive, send, name, version, explain)
+                await predictions(scope, receive, send, *prediction)
             else:
                 await ts_error(send, 404, NOT_FOUND, kind="ResourceNotFoundException")
         except Exception as exc:

@@ -8,7 +8,8 @@ import uuid
 import orjson
 
 from accel_base.errors import GatewayError, HandlerFailed
-from gateway.protocols.http.infer_route import Scope, Send, respond
+from gateway.protocols.http.direct import Reply
+from gateway.protocols.http.infer_route import Scope, Send, respond, send_reply
 from gateway.protocols.torchserve.keys import KeyCheck
 
 # TorchServe's exception names, by status.
@@ -56,32 +57,49 @@ async def ts_json(send: Send, status: int, value: object) -> None:
     await respond(send, status, json_bytes(value), headers)
 
 
-async def ts_error(
-    send: Send, status: int, message: str, retry_after_s: int | None = None,
-    kind: str | None = None,
-) -> None:  # fmt: skip
+def error_reply(
+    status: int, message: str, retry_after_s: int | None = None, kind: str | None = None
+) -> Reply:
+    """TorchServe's error JSON, with its exception name for `status` unless `kind`."""
     kind = kind or _TYPES.get(status, "InternalServerException")
     body = json_bytes({"code": status, "type": kind, "message": message})
     headers = [(b"content-type", b"application/json"), *common_headers()]
     if retry_after_s is not None:
         headers.append((b"retry-after", str(retry_after_s).encode()))
-    await respond(send, status, body, headers)
+    return Reply(status, headers, body)
+
+
+async def ts_error(
+    send: Send, status: int, message: str, retry_after_s: int | None = None,
+    kind: str | None = None,
+) -> None:  # fmt: skip
+    await send_reply(send, error_reply(status, message, retry_after_s, kind))
 
 
 def authorized(scope: Scope, keys: KeyCheck | None, kind: str) -> bool:
     """TorchServe's token authorization: `Authorization: Bearer <the key of `kind`>`;
     `keys` None: off."""
-    return keys is None or keys.check(kind, dict(scope["headers"]).get(b"authorization"))
+    return authorized_headers(scope["headers"], keys, kind)
 
 
-async def reply_failure(send: Send, exc: Exception) -> None:
+def authorized_headers(
+    headers: list[tuple[bytes, bytes]], keys: KeyCheck | None, kind: str
+) -> bool:
+    """authorized() for a request's headers."""
+    return keys is None or keys.check(kind, dict(headers).get(b"authorization"))
+
+
+def failure_reply(exc: Exception) -> Reply:
     """Any failure as TorchServe's error JSON: a handler's as TorchServe names it, ours with
     its status, anything else a 500 that says what it was."""
     if isinstance(exc, HandlerFailed):
-        await ts_error(send, exc.http_status, exc.detail, kind="InternalServerException")
-    elif isinstance(exc, TsError):
-        await ts_error(send, exc.http_status, exc.message, kind=exc.kind)
-    elif isinstance(exc, GatewayError):
-        await ts_error(send, exc.http_status, exc.message, exc.retry_after_s, kind_of(exc))
-    else:
-        await ts_error(send, 500, f"internal error: {type(exc).__name__}: {exc}")
+        return error_reply(exc.http_status, exc.detail, kind="InternalServerException")
+    if isinstance(exc, TsError):
+        return error_reply(exc.http_status, exc.message, kind=exc.kind)
+    if isinstance(exc, GatewayError):
+        return error_reply(exc.http_status, exc.message, exc.retry_after_s, kind_of(exc))
+    return error_reply(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def reply_failure(send: Send, exc: Exception) -> None:
+    await send_reply(send, failure_reply(exc))

@@ -11,6 +11,7 @@ from typing import Any
 from gateway.listeners import listen, uvicorn_server
 from gateway.operation.limits import ConnectionLimits
 from gateway.operation.shedding import LoopShedder
+from gateway.protocols.http.direct import DirectPath
 
 
 @contextlib.asynccontextmanager
@@ -18,12 +19,13 @@ async def serving(
     app: Any,
     read_timeout_s: float,
     shedder: LoopShedder | None = None,
-    max_body_bytes: int | None = None,
+    direct: DirectPath | None = None,
 ) -> AsyncIterator[int]:
-    """The port `app` is served on while the block runs; stopped after it."""
+    """The port `app` is served on while the block runs; stopped after it. `direct`: what
+    the protocol answers without ASGI (gateway/protocols/http/direct.py)."""
     sock = listen("127.0.0.1", 0, "HTTP")
     limits = ConnectionLimits(read_timeout_s=read_timeout_s)
-    server = uvicorn_server(app, limits, None, shedder, max_body_bytes)
+    server = uvicorn_server(app, limits, None, shedder, direct)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)
