@@ -21,13 +21,13 @@ import json
 import logging
 import os
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
+from accel_base.ids import uuid4_text
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import BackendUnavailable, Device
 from backends.per_request import Failure, PerRequestBackend, RequestInfo
@@ -171,7 +171,7 @@ def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -
         raise _BadRequest(
             f"the request's headers or body cannot be handed to the handler: {exc}"
         ) from None
-    name = request_id or str(uuid.uuid4())
+    name = request_id or uuid4_text()
     return otf.TsRequest(
         request_id=name if row == 0 else f"{name}-{row}", headers=pairs, inputs=inputs
     )

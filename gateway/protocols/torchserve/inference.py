@@ -13,7 +13,6 @@ the one path to a handler, shared with TorchServe's gRPC API.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -22,6 +21,7 @@ import numpy as np
 import orjson
 
 from accel_base.errors import GatewayError, InvalidArgument, NotFound
+from accel_base.ids import uuid4_text
 from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.interface import Core
@@ -87,7 +87,7 @@ async def _request(
     return InferRequest(
         model_name=name,
         model_version=await resolve(core, models, name, version),
-        id=str(uuid.uuid4()),  # the handler's request id and x-request-id
+        id=uuid4_text(),  # the handler's request id and x-request-id
         parameters={
             # Whole, with its parameters: a form's boundary is one of them (the backend
             # makes the inputs of the body as TorchServe's frontend does).

@@ -3,11 +3,10 @@ exception names it puts in it, the headers on every answer, and token authorizat
 
 from __future__ import annotations
 
-import uuid
-
 import orjson
 
 from accel_base.errors import GatewayError, HandlerFailed
+from accel_base.ids import uuid4_text
 from gateway.protocols.http.direct import Reply
 from gateway.protocols.http.infer_route import Scope, Send, respond, send_reply
 from gateway.protocols.torchserve.keys import KeyCheck
@@ -41,7 +40,7 @@ def kind_of(exc: GatewayError) -> str:
 def common_headers(request_id: str = "") -> list[tuple[bytes, bytes]]:
     """What TorchServe puts on every answer: the request's id and no caching."""
     return [
-        (b"x-request-id", (request_id or str(uuid.uuid4())).encode()), (b"pragma", b"no-cache"),
+        (b"x-request-id", (request_id or uuid4_text()).encode()), (b"pragma", b"no-cache"),
         (b"cache-control", b"no-cache; no-store, must-revalidate, private"),
         (b"expires", b"Thu, 01 Jan 1970 00:00:00 UTC"),
     ]  # fmt: skip
