@@ -4,19 +4,22 @@ Under load a small inference request spent about a third of the gateway's CPU in
 uvicorn's ASGI machinery: a scope, a request-response cycle with its event, a task
 started before the body came and woken for it, two messages through `send`, each header
 checked again. Here, once a request's headers show a route that takes the direct path
-(`DirectRoute`: POST to a V2 infer URL, with a Content-Length within the body limit),
-the protocol keeps its body as it comes, and runs the route's handler when the body is
-whole: one task, which gets the request's headers and body, returns a `Reply`, and the
-reply is written in one call.
+(`DirectRoute`: a POST to a V2 infer URL, or to TorchServe's predictions or
+explanations, with a Content-Length within the body limit), one task serves it: the
+route's `admit` first (a refusal before the body: overload, a missing token), then, once
+the protocol has the body whole, the route's handler, which returns a `Reply`, written
+in one call (a stream's chunks as they come).
 
 A direct request takes the place of uvicorn's cycle in the protocol (`DirectCycle`
 carries the attributes uvicorn's protocol and ours read), so uvicorn's own pipelining,
 keep-alive, shutdown, concurrency limit and the read timeout (timeouts.py) and early
 refusal (early_refusal.py) work on it unchanged. Every other request, and one whose
-headers want what only uvicorn's way gives (an upgrade, a chunked or oversized body, an
-absolute or %-encoded URL), takes uvicorn's way to the ASGI app.
+headers want what only uvicorn's way gives (an upgrade; a chunked, oversized or oddly
+declared body; an absolute or %-encoded URL; the connection limit reached), takes
+uvicorn's way to the ASGI app.
 
-A large body is kept as its reads, without pausing, and joined once: memory follows the
+A large body is kept as its reads (short ones added together), without pausing, and
+joined once: memory follows the
 bytes received, never the length declared (a body declared past the limit takes
 uvicorn's way, which answers 413 at once). A large answer goes out as head and body in
 one vectored write, without joining them.
@@ -25,8 +28,9 @@ one vectored write, without joining them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -47,6 +51,15 @@ _FRAMING = (b"content-length", b"transfer-encoding", b"connection")
 SMALL_READ_BYTES = 16 * 1024
 
 
+class Chunks(Protocol):
+    """The rest of a streamed answer (an async generator of bytes is one). `aclose` must
+    end its source even when no chunk was asked for."""
+
+    def __anext__(self) -> Awaitable[bytes]: ...
+
+    def aclose(self) -> Awaitable[Any]: ...
+
+
 @dataclass(slots=True)
 class Reply:
     """An HTTP answer: status, headers (lower-case names; content-length or
@@ -57,7 +70,7 @@ class Reply:
     body: bytes | bytearray | memoryview = b""
     # The rest of a streamed answer, chunk by chunk (chunked transfer; `body` is the
     # first chunk). Closed by whoever writes the reply, however the writing ends.
-    more: AsyncGenerator[bytes, None] | None = None
+    more: Chunks | None = None
 
 
 class DirectRequest(Protocol):
@@ -90,7 +103,9 @@ def head_bytes(
     status: int, headers: list[tuple[bytes, bytes]], length: int | None, close: bool
 ) -> bytes:
     """The status line and headers of an answer whose body is `length` bytes (None:
-    chunked)."""
+    chunked). ValueError for what would not be a valid answer."""
+    if not 200 <= status <= 599:  # (1xx are interim answers, without a body)
+        raise ValueError(f"{status} is not a status for a final answer")
     parts = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status]
     for name, value in headers:
         if HEADER_RE.search(name) is not None or HEADER_VALUE_RE.search(value) is not None:
@@ -147,6 +162,10 @@ class DirectCycle:
         try:
             refusal = route.admit(self, self.matched)
             if refusal is not None:  # its body, when it comes, is skipped (on_body)
+                if self.waiting_for_100_continue and self.more_body and not self.pieces:
+                    # The client may never send the body it held back: what it sends
+                    # next would be read as that body.
+                    self.keep_alive = False
                 await self._write(refusal)
                 return
             if self.more_body and not self.disconnected:
@@ -165,12 +184,14 @@ class DirectCycle:
             reply = await route.answer(self, self.matched, body)
             await self._write(reply)
         except asyncio.CancelledError:  # the server's shutdown ran out of grace
-            if not self.response_started and not self.disconnected:
+            transport = protocol.transport
+            if not (self.response_started or self.disconnected or transport.is_closing()):
                 stopped = Unavailable("the server stopped before this request was answered")
                 reply = route.failed(self, stopped)
                 head = head_bytes(reply.status, reply.headers, len(reply.body), close=True)
-                protocol.transport.write(head + bytes(reply.body))
-            protocol.transport.close()
+                with contextlib.suppress(Exception):  # the cancellation goes on regardless
+                    transport.write(head + bytes(reply.body))
+            transport.close()
             raise
         except Exception as exc:  # the route's own bug: the client still gets an answer
             log.exception("unexpected error on %s", self.path)
@@ -188,16 +209,17 @@ class DirectCycle:
         if self.disconnected:
             return
         body = reply.body
-        head = head_bytes(reply.status, reply.headers, len(body), not self.keep_alive)
+        size = body.nbytes if isinstance(body, memoryview) else len(body)
+        head = head_bytes(reply.status, reply.headers, size, not self.keep_alive)
         self.response_started = True
         transport = protocol.transport
-        if len(body) >= VECTORED_BYTES:
+        if size >= VECTORED_BYTES:
             transport.writelines((head, body))
         else:
             transport.write(head + body if body else head)
         self._complete()
 
-    async def _write_stream(self, reply: Reply, more: AsyncGenerator[bytes, None]) -> None:
+    async def _write_stream(self, reply: Reply, more: Chunks) -> None:
         """A streamed answer, chunk by chunk as they come; a client gone ends it."""
         protocol = self.protocol
         try:
@@ -206,6 +228,10 @@ class DirectCycle:
             await more.aclose()
             raise  # not started: run_asgi answers 500
         try:
+            if protocol.flow.write_paused and not self.disconnected:
+                await protocol.flow.drain()
+            if self.disconnected or protocol.transport.is_closing():
+                return  # gone while the first answer was made
             chunk: bytes | bytearray | memoryview = reply.body
             self.response_started = True
             protocol.transport.write(head)

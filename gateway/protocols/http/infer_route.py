@@ -92,7 +92,11 @@ async def send_reply(send: Send, reply: Reply) -> None:
         await send({"type": "http.response.body", "body": bytes(reply.body), "more_body": True})
         # (uvicorn's send returns quietly once a client has gone: a stream runs on to its
         # end, which its source bounds.)
-        async for chunk in reply.more:
+        while True:
+            try:
+                chunk = await anext(reply.more)
+            except StopAsyncIteration:
+                break
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:

@@ -175,20 +175,30 @@ async def prediction_reply(
     if first.final:
         await answers.aclose()
         return Reply(first.status, _head(first), first.body)
-    return Reply(first.status, _head(first), first.body, _rest(answers))
+    return Reply(first.status, _head(first), first.body, _Rest(answers))
 
 
-async def _rest(answers: AsyncGenerator[Answer, None]) -> AsyncGenerator[bytes, None]:
-    """The bodies of a stream's answers after its first. (A writer stops reading once its
-    client has gone: the stream then runs on to its handler's end, which the run timeout
-    bounds.)"""
-    try:
-        async for answer in answers:
-            yield answer.body
-    except GatewayError as exc:  # its status is sent already: the body ends here
-        log.warning("TorchServe stream of a prediction ended early: %s", exc.message)
-    finally:
-        await answers.aclose()
+class _Rest:
+    """The bodies of a stream's answers after its first (direct.py's Chunks). A writer
+    stops asking once its client has gone: the stream then runs on to its handler's end,
+    which the run timeout bounds."""
+
+    def __init__(self, answers: AsyncGenerator[Answer, None]) -> None:
+        self._answers = answers
+
+    def __aiter__(self) -> _Rest:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            answer = await anext(self._answers)
+        except GatewayError as exc:  # its status is sent already: the body ends here
+            log.warning("TorchServe stream of a prediction ended early: %s", exc.message)
+            raise StopAsyncIteration from None
+        return answer.body
+
+    async def aclose(self) -> None:
+        await self._answers.aclose()  # (an unstarted generator's aclose ends it too)
 
 
 def _prediction(path: str) -> tuple[str, str, bool] | None:

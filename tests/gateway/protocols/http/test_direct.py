@@ -50,6 +50,8 @@ class Route:
             raise RuntimeError("the route's own bug")
         if word == "slow":
             await self.release.wait()
+        if word == "interim":  # not a final answer's status: the route's failure instead
+            return Reply(101, [], b"")
         if word == "stream":
             return Reply(200, [(b"content-type", b"text/plain")], b"first", self._rest())
         if word == "echo":
@@ -234,6 +236,10 @@ def test_a_failing_route_a_late_body_and_a_client_gone_harm_no_other_request():
             head, failed_answer = await read_answer(reader)
             assert head.startswith(b"HTTP/1.1 500") and b"connection: close" in head
             assert await asyncio.wait_for(reader.read(), 5.0) == b""
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(infer_head(3, "/direct/interim") + b"abc")
+            head, answer = await read_answer(reader)
+            assert head.startswith(b"HTTP/1.1 500") and b"not a status" in answer
             # A body that never comes whole: 408 at the read timeout, the route not run.
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(infer_head(1000, "/direct/late") + b"x" * 10)
@@ -250,7 +256,7 @@ def test_a_failing_route_a_late_body_and_a_client_gone_harm_no_other_request():
             head, answer = await read_answer(reader)
             assert answer == b"direct " + digest(b"abc")
             writer.close()
-        assert route.seen == ["fail", "sum"]
+        assert route.seen == ["fail", "interim", "sum"]
         assert b"failed: the route's own bug" in failed_answer
 
     asyncio.run(scenario())
@@ -325,8 +331,15 @@ def test_a_refusal_comes_before_the_body_and_before_100_continue():
             writer.write(head.replace(b"Host", b"Expect: 100-continue\r\nHost"))
             head, answer = await read_answer(reader)  # not "100 Continue"
             assert head.startswith(b"HTTP/1.1 403") and answer == b"refused"
-            # A client that sends the body anyway: it is skipped, and the connection goes on.
-            writer.write(body + infer_head(3, "/direct/sum") + b"abc")
+            # The body held back may never come: the connection ends with the refusal.
+            assert b"connection: close" in head
+            assert await asyncio.wait_for(reader.read(), 5.0) == b""
+            # A refusal of a body already on its way: skipped, and the connection goes on.
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(infer_head(len(body), "/direct/refused") + body[:100_000])
+            head, answer = await read_answer(reader)
+            assert head.startswith(b"HTTP/1.1 403") and b"connection: close" not in head
+            writer.write(body[100_000:] + infer_head(3, "/direct/sum") + b"abc")
             head, answer = await read_answer(reader)
             assert answer == b"direct " + digest(b"abc")
             writer.close()
