@@ -26,8 +26,8 @@ from gateway.operation.tracing.tracer import traced
 from gateway.protocols.http.body import read_body
 from gateway.protocols.http.codec import HEADER_LENGTH, decode_request, encode_response
 from gateway.protocols.http.compression import choose_encoding, compress, decompress
-from gateway.protocols.http.direct import DirectRequest, Reply
 from gateway.protocols.http.early_refusal import ADMITTED, COUNTED
+from gateway.protocols.http.route import DirectRequest, Reply
 
 log = logging.getLogger(__name__)
 # A model failing every request is one line every 10 s per route, not one a request.

@@ -26,7 +26,6 @@ from backends.torchserve import BODY, RESPONSE, RESPONSE_INFO
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.interface import Core
 from gateway.protocols.http.body import read_body
-from gateway.protocols.http.direct import DirectRequest, Reply
 from gateway.protocols.http.infer_route import (
     ASGIApp,
     Receive,
@@ -35,6 +34,7 @@ from gateway.protocols.http.infer_route import (
     respond,
     send_reply,
 )
+from gateway.protocols.http.route import DirectRequest, Reply
 from gateway.protocols.torchserve.keys import Keys
 from gateway.protocols.torchserve.models import TorchServeModels, model_not_found, resolve
 from gateway.protocols.torchserve.openapi import INFERENCE, description

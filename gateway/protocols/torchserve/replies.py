@@ -7,8 +7,8 @@ import orjson
 
 from accel_base.errors import GatewayError, HandlerFailed
 from accel_base.ids import uuid4_text
-from gateway.protocols.http.direct import Reply
 from gateway.protocols.http.infer_route import Scope, Send, respond, send_reply
+from gateway.protocols.http.route import Reply
 from gateway.protocols.torchserve.keys import KeyCheck
 
 # TorchServe's exception names, by status.

@@ -8,8 +8,9 @@ import asyncio
 import hashlib
 
 from gateway.operation.shedding import LoopShedder
-from gateway.protocols.http.direct import DirectPath, Reply
+from gateway.protocols.http.direct import DirectPath
 from gateway.protocols.http.early_refusal import ADMITTED, COUNTED
+from gateway.protocols.http.route import Reply
 from tests.gateway.protocols.http.asgi_server import serving
 from tests.gateway.protocols.http.test_early_refusal import infer_head, read_answer
 
