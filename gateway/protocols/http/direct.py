@@ -111,10 +111,9 @@ class DirectCycle:
             transport = protocol.transport
             if not (self.response_started or self.disconnected or transport.is_closing()):
                 stopped = Unavailable("the server stopped before this request was answered")
-                reply = route.failed(self, stopped)
-                head = head_bytes(reply.status, reply.headers, len(reply.body), close=True)
+                self.keep_alive = False
                 with contextlib.suppress(Exception):  # the cancellation goes on regardless
-                    transport.write(head + bytes(reply.body))
+                    self._send(route.failed(self, stopped))
             transport.close()
             raise
         except Exception as exc:  # the route's own bug: the client still gets an answer
@@ -123,15 +122,21 @@ class DirectCycle:
                 self.keep_alive = False
                 await self._write(route.failed(self, exc))
 
+    async def _writable(self) -> bool:
+        """Wait while the client reads slower than we answer; False once it has gone."""
+        if self.protocol.flow.write_paused and not self.disconnected:
+            await self.protocol.flow.drain()
+        return not self.disconnected
+
     async def _write(self, reply: Reply) -> None:
         if reply.more is not None:
             await self._write_stream(reply, reply.more)
-            return
+        elif await self._writable():
+            self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        """Write a whole (not streamed) reply now, and end the request."""
         protocol = self.protocol
-        if protocol.flow.write_paused and not self.disconnected:
-            await protocol.flow.drain()  # the client reads slower than we answer
-        if self.disconnected:
-            return
         body = reply.body
         size = body.nbytes if isinstance(body, memoryview) else len(body)
         head = head_bytes(reply.status, reply.headers, size, not self.keep_alive)
@@ -152,17 +157,13 @@ class DirectCycle:
             await more.aclose()
             raise  # not started: run_asgi answers 500
         try:
-            if protocol.flow.write_paused and not self.disconnected:
-                await protocol.flow.drain()
-            if self.disconnected or protocol.transport.is_closing():
+            if not await self._writable() or protocol.transport.is_closing():
                 return  # gone while the first answer was made
             chunk: bytes | bytearray | memoryview = reply.body
             self.response_started = True
             protocol.transport.write(head)
             while True:
-                if protocol.flow.write_paused and not self.disconnected:
-                    await protocol.flow.drain()
-                if self.disconnected:
+                if not await self._writable():
                     return
                 if chunk:
                     protocol.transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -266,7 +267,6 @@ def direct_protocol(base: type[HttpToolsProtocol], direct: DirectPath) -> type[H
             limit = self.limit_concurrency
             if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
                 return None  # uvicorn's way answers 503
-            self.scope["method"], self.scope["path"] = "POST", path
             return DirectCycle(self, route, matched, path)
 
         def on_body(self, body: bytes) -> None:

@@ -186,9 +186,6 @@ class _Rest:
     def __init__(self, answers: AsyncGenerator[Answer, None]) -> None:
         self._answers = answers
 
-    def __aiter__(self) -> _Rest:
-        return self
-
     async def __anext__(self) -> bytes:
         try:
             answer = await anext(self._answers)
