@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,21 @@ from gateway.core.decoupled import ResponseStreams, Sent
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 
 log = logging.getLogger(__name__)
+SOCKET_NAME = "calls.sock"
+# sockaddr_un holds 108 bytes with the ending NUL: a longer path fails to bind.
+MAX_SOCKET_PATH = 107
+
+
+def socket_directory() -> str:
+    """A new private directory (0700: only this user's processes can call) for the socket:
+    under the temporary directory, or under /tmp where that one's path leaves no room for
+    the socket's name (a deep TMPDIR)."""
+    directory = tempfile.mkdtemp(prefix="accel-gateway-calls-")
+    if len(os.fsencode(directory)) + 1 + len(SOCKET_NAME) > MAX_SOCKET_PATH:
+        os.rmdir(directory)
+        directory = tempfile.mkdtemp(prefix="accel-gateway-calls-", dir="/tmp")
+    return directory
+
 
 Infer = Callable[[InferRequest], Awaitable[InferResponse]]
 
@@ -39,9 +55,8 @@ class ModelCalls:
         """The socket's path, listening from the first call on."""
         async with self._starting:
             if self.path is None:
-                # mkdtemp makes it 0700: only this user's processes can call.
-                self._directory = tempfile.mkdtemp(prefix="accel-gateway-calls-")
-                path = str(Path(self._directory) / "calls.sock")
+                self._directory = socket_directory()
+                path = str(Path(self._directory) / SOCKET_NAME)
                 self._server = await asyncio.start_unix_server(self._serve, path)
                 self.path = path
         return self.path

@@ -3,6 +3,7 @@ the same answers as threads, crash and hang recovery, and nothing left behind.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -253,8 +254,23 @@ def test_repeated_crashes_stop_restarting_until_loaded_again(process_server):
     client.infer("simple", simple_request())
 
 
-def _shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+def _shm_held(pids: list[int]) -> set[str]:
+    """The /dev/shm objects the processes `pids` have mapped or open: theirs to remove.
+    (Not a listing of /dev/shm before and after: other tests' servers, in parallel, add
+    and remove their own there.)"""
+    held = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                if "/dev/shm/" in line:
+                    held.add(line[line.index("/dev/shm/") :].removesuffix(" (deleted)"))
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("/dev/shm/"):
+                        held.add(target.removesuffix(" (deleted)"))
+    return held
 
 
 def alive(pid: int) -> bool:
@@ -269,7 +285,6 @@ def alive(pid: int) -> bool:
 def test_no_worker_or_shared_memory_left_after_stop_or_a_gateway_crash(
     repository_copy, server_factory
 ):
-    before = _shm_entries()
     repository = in_processes(
         repository_copy("simple", "identity_bytes"), "simple", "identity_bytes"
     )
@@ -278,13 +293,15 @@ def test_no_worker_or_shared_memory_left_after_stop_or_a_gateway_crash(
     client.infer("simple", simple_request())
     pids = list(workers_of(server).values())
     assert len(pids) == 2
+    held = _shm_held([server.process.pid, *pids])
     assert server.stop() == 0
     assert not any(alive(pid) for pid in pids), "a worker outlived the gateway"
-    assert _shm_entries() - before == set()
+    assert {path for path in held if os.path.exists(path)} == set()
 
     crashed = server_factory(repository)
     pids = list(workers_of(crashed).values())
     assert len(pids) == 2
+    held = _shm_held([crashed.process.pid, *pids])
     crashed.process.kill()  # the gateway itself dies: its workers notice and exit
     crashed.process.wait()
     wait_for(
@@ -292,7 +309,7 @@ def test_no_worker_or_shared_memory_left_after_stop_or_a_gateway_crash(
         timeout_s=10,
         what="the workers of a killed gateway to exit",
     )
-    assert _shm_entries() - before == set()
+    assert {path for path in held if os.path.exists(path)} == set()
 
 
 def test_a_cancelled_caller_does_not_stop_the_run_timeout(process_server):
