@@ -17,6 +17,7 @@ carry "content_type" (the body's Content-Type, whole: a form's boundary is in it
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -150,23 +151,32 @@ class TorchServeBackend(PerRequestBackend):
         return outputs, failures
 
 
+@functools.lru_cache(maxsize=256)
+def _headers(text: str) -> tuple[tuple[str, str], ...]:
+    """A request's headers from their JSON, checked once per text: a client sends the same
+    ones request after request. (A text that fails raises each time: nothing is cached.)"""
+    headers = orjson.loads(text)
+    if not isinstance(headers, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+        for pair in headers
+    ):
+        raise ValueError(
+            'parameter "request_headers" must be JSON: a list of [name, value] strings'
+        )
+    for name, value in headers:  # as ts_batch encodes them: a lone surrogate fails here
+        (name + value).encode()
+    return tuple((name, value) for name, value in headers)
+
+
 def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -> otf.TsRequest:
     value = body if isinstance(body, bytes) else str(body).encode()
     try:
-        headers = orjson.loads(parameters.get("request_headers", "[]"))
-        if not isinstance(headers, list) or not all(
-            isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
-            for pair in headers
-        ):
-            raise ValueError(
-                'parameter "request_headers" must be JSON: a list of [name, value] strings'
-            )
-        pairs = [(name, header) for name, header in headers]
+        pairs = list(_headers(parameters.get("request_headers", "[]")))
         inputs = body_inputs(value, str(parameters.get("content_type", "")))
         # As ts_batch encodes them, and TorchServe's frontend: a bad one fails here (a
         # form field's name may hold bytes that are no UTF-8).
-        for text in [n + h for n, h in pairs] + [n + kind for n, kind, _ in inputs]:
-            text.encode()
+        for name, kind, _ in inputs:
+            (name + kind).encode()
     except (ValueError, TypeError, UnicodeError) as exc:
         raise _BadRequest(
             f"the request's headers or body cannot be handed to the handler: {exc}"

@@ -12,6 +12,7 @@ the one path to a handler, shared with TorchServe's gRPC API.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -74,9 +75,10 @@ ASK_FINAL, FINAL = "triton_enable_empty_final_response", "triton_final_response"
 
 async def _request(
     core: Core, models: TorchServeModels, name: str, version: str, body: bytes,
-    content_type: str, headers: list[tuple[str, str]],
+    content_type: str, headers: list[tuple[str, str]] | str,
 ) -> InferRequest:  # fmt: skip
-    request_headers = orjson.dumps(headers).decode()
+    """`headers`: a list of (name, value), or already as JSON (_http_headers)."""
+    request_headers = headers if isinstance(headers, str) else orjson.dumps(headers).decode()
     if len(request_headers) > MAX_HEADER_BYTES:  # they travel with the batch
         raise InvalidArgument(
             f"the request's headers come to {len(request_headers)} bytes, over "
@@ -134,7 +136,7 @@ async def predict(
 
 async def predict_stream(
     core: Core, models: TorchServeModels, name: str, version: str, body: bytes,
-    content_type: str, headers: list[tuple[str, str]],
+    content_type: str, headers: list[tuple[str, str]] | str,
 ) -> AsyncGenerator[Answer, None]:  # fmt: skip
     """predict(), with the handler's intermediate responses before its answer (one
     answer alone from a handler that sends none)."""
@@ -155,6 +157,18 @@ def _head(answer: Answer) -> list[tuple[bytes, bytes]]:
     return reply + common_headers(answer.request_id)
 
 
+# Few entries: a request's headers may reach llhttp's 80 KiB (the 8 KiB limit comes after).
+@functools.lru_cache(maxsize=64)
+def _http_headers(headers: tuple[tuple[bytes, bytes], ...], explain: bool) -> tuple[str, str]:
+    """An HTTP request's content type and its headers as the handler's JSON, made once
+    for each set of headers: a client sends the same ones request after request."""
+    content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
+    text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+    if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
+        text_headers.append(("explain", "True"))
+    return content_type, orjson.dumps(text_headers).decode()
+
+
 async def prediction_reply(
     core: Core, models: TorchServeModels, name: str, version: str, explain: bool,
     headers: list[tuple[bytes, bytes]], body: bytes,
@@ -162,10 +176,7 @@ async def prediction_reply(
     """The answer to one prediction (or explanation): a handler's intermediate responses
     stream as the chunks of one answer, status and headers from the first, as TorchServe
     sends them."""
-    content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
-    text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
-    if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
-        text_headers.append(("explain", "True"))
+    content_type, text_headers = _http_headers(tuple(headers), explain)
     answers = predict_stream(core, models, name, version, body, content_type, text_headers)
     try:
         first = await anext(answers)
