@@ -53,7 +53,15 @@ def _encode(value: Any, newline: str) -> str:
         if not value:
             return "[]"
         inner = newline + "  "
-        return "[" + inner + ("," + inner).join([_encode(v, inner) for v in value]) + newline + "]"
+        between = "," + inner
+        if type(value[0]) is float:  # a row of scores or an embedding: no call per value
+            try:
+                floats = between.join(map(float.__repr__, value))
+            except TypeError:  # not every value is a float
+                floats = "n"
+            if "n" not in floats:  # (nan and inf are written otherwise; see _float)
+                return "[" + inner + floats + newline + "]"
+        return "[" + inner + between.join([_encode(v, inner) for v in value]) + newline + "]"
     if kind is dict:
         if not value:
             return "{}"

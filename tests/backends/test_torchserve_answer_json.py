@@ -56,6 +56,26 @@ def test_a_handler_s_usual_answer() -> None:
     assert answer_json.dumps([[], {}]) == json.dumps([[], {}], indent=2)
 
 
+class Ratio(float):
+    pass
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [0.25, 1e-05, 1e16, -0.0, 123456789.125],
+        (0.5, 2.5e-08),
+        [0.5, 1, 2.0],  # an int among them
+        [0.5, True],
+        [0.5, math.nan, -math.inf],
+        [0.5, Ratio(0.75), Ratio(math.inf)],
+        [0.5, "text", None, [0.25]],
+    ],
+)
+def test_rows_that_begin_with_a_float_are_json_s(row) -> None:
+    assert answer_json.dumps({"row": row}) == json.dumps({"row": row}, indent=2)
+
+
 class Colour(enum.IntEnum):
     RED = 1
 
