@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
+import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -12,8 +15,42 @@ from typing import NamedTuple
 
 import pytest
 
+from gateway import launch
 from gateway.launch import GatewayProcess, start_gateway
 from models.build import build_repository
+
+# Under pytest-xdist (scripts/test), each pytest process takes its servers' ports from a
+# range of its own, below the kernel's ephemeral ports (bind to port 0, and clients'
+# connections): two processes never hand out the same port in the seconds between one
+# choosing it and its server binding it.
+PORTS_PER_PROCESS = 4000
+LOWEST_PORT = 12000  # 5 ranges up to 32000, where Linux's ephemeral ports begin
+
+
+def _free_ports_of(low: int) -> Callable[..., list[int]]:
+    chooser = random.Random()
+
+    def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+        """As gateway.launch.free_ports, from this process's range."""
+        with contextlib.ExitStack() as stack:
+            ports: list[int] = []
+            for _ in range(50 * count):
+                port = chooser.randrange(low, low + PORTS_PER_PROCESS)
+                sock = stack.enter_context(socket.socket())
+                try:
+                    sock.bind((host, port))  # held until all are chosen, as launch's
+                except OSError:
+                    continue
+                ports.append(port)
+                if len(ports) == count:
+                    return ports
+        raise RuntimeError(f"no {count} free ports in {low}-{low + PORTS_PER_PROCESS - 1}")
+
+    return free_ports
+
+
+if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    launch.free_ports = _free_ports_of(LOWEST_PORT + int(_worker[2:]) % 5 * PORTS_PER_PROCESS)
 
 
 def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -> GatewayProcess:

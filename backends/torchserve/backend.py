@@ -151,19 +151,31 @@ class TorchServeBackend(PerRequestBackend):
         return outputs, failures
 
 
-@functools.lru_cache(maxsize=256)
-def _headers(text: str) -> tuple[tuple[str, str], ...]:
-    """A request's headers from their JSON, checked once per text: a client sends the same
-    ones request after request. (A text that fails raises each time: nothing is cached.)"""
+MAX_CACHED_HEADERS = 8192  # the TorchServe front's limit; a V2 client may send more
+
+
+def _request_headers(text: Any) -> list[tuple[str, str]]:
+    """A request's headers from their JSON (its "request_headers" parameter), read once
+    for each text up to MAX_CACHED_HEADERS characters: a client sends the same ones
+    request after request. A longer text is read anew, and kept by nothing after."""
+    if not isinstance(text, (str, bytes)):
+        raise ValueError(_NOT_HEADERS)
+    return list((_headers if len(text) <= MAX_CACHED_HEADERS else _headers.__wrapped__)(text))
+
+
+_NOT_HEADERS = 'parameter "request_headers" must be JSON: a list of [name, value] strings'
+
+
+@functools.lru_cache(maxsize=64)
+def _headers(text: str | bytes) -> tuple[tuple[str, str], ...]:
+    # (A text that fails raises each time: nothing is cached of it.)
     headers = orjson.loads(text)
     if not isinstance(headers, list) or not all(
         isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
         for pair in headers
     ):
-        raise ValueError(
-            'parameter "request_headers" must be JSON: a list of [name, value] strings'
-        )
-    for name, value in headers:  # as ts_batch encodes them: a lone surrogate fails here
+        raise ValueError(_NOT_HEADERS)
+    for name, value in headers:  # as ts_batch encodes them (orjson refuses lone surrogates)
         (name + value).encode()
     return tuple((name, value) for name, value in headers)
 
@@ -171,7 +183,7 @@ def _headers(text: str) -> tuple[tuple[str, str], ...]:
 def _request(body: Any, parameters: dict[str, Any], request_id: str, row: int) -> otf.TsRequest:
     value = body if isinstance(body, bytes) else str(body).encode()
     try:
-        pairs = list(_headers(parameters.get("request_headers", "[]")))
+        pairs = _request_headers(parameters.get("request_headers", "[]"))
         inputs = body_inputs(value, str(parameters.get("content_type", "")))
         # As ts_batch encodes them, and TorchServe's frontend: a bad one fails here (a
         # form field's name may hold bytes that are no UTF-8).

@@ -4,6 +4,7 @@ ts's reader makes of the frontend's bytes, and each answer is what ts's writer e
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -188,3 +189,22 @@ def test_failures_are_answered_as_ts_answers_them(handle, code):
     ours, theirs = both(handle)
     assert ours == theirs
     assert ours[0] == code and all(a.body == b"error" for a in ours[2])
+
+
+def test_request_headers_are_read_once_per_text_and_large_ones_not_kept():
+    from backends.torchserve.backend import MAX_CACHED_HEADERS, _headers, _request_headers
+
+    _headers.cache_clear()
+    text = json.dumps([["host", "a"], ["x-id", "1"]])
+    assert _request_headers(text) == [("host", "a"), ("x-id", "1")]
+    first = _request_headers(text)
+    first.append(("changed", "by a caller"))  # a caller's list is its own
+    assert _request_headers(text) == [("host", "a"), ("x-id", "1")]
+    assert _headers.cache_info().currsize == 1
+    large = json.dumps([["x-large", "a" * MAX_CACHED_HEADERS]])
+    assert _request_headers(large) == [("x-large", "a" * MAX_CACHED_HEADERS)]
+    assert _headers.cache_info().currsize == 1
+    for bad in ('{"not": "pairs"}', '[["one"]]', "[[1, 2]]", "not json", ["a", "b"], 7):
+        with pytest.raises(ValueError):
+            _request_headers(bad)
+    assert _headers.cache_info().currsize == 1

@@ -157,11 +157,18 @@ def _head(answer: Answer) -> list[tuple[bytes, bytes]]:
     return reply + common_headers(answer.request_id)
 
 
-# Few entries: a request's headers may reach llhttp's 80 KiB (the 8 KiB limit comes after).
+def _handler_headers(headers: list[tuple[bytes, bytes]], explain: bool) -> tuple[str, str]:
+    """An HTTP request's content type and its headers as the handler's JSON, made once
+    for each set of headers (a client sends the same ones request after request). Headers
+    over MAX_HEADER_BYTES, refused after this, are made anew and kept by nothing."""
+    key = tuple(headers)
+    if sum(len(name) + len(value) for name, value in key) > MAX_HEADER_BYTES:
+        return _http_headers.__wrapped__(key, explain)
+    return _http_headers(key, explain)
+
+
 @functools.lru_cache(maxsize=64)
 def _http_headers(headers: tuple[tuple[bytes, bytes], ...], explain: bool) -> tuple[str, str]:
-    """An HTTP request's content type and its headers as the handler's JSON, made once
-    for each set of headers: a client sends the same ones request after request."""
     content_type = dict(headers).get(b"content-type", b"").decode("latin-1")
     text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
     if explain:  # TorchServe's frontend marks an explanation so; BaseHandler reads it
@@ -176,7 +183,7 @@ async def prediction_reply(
     """The answer to one prediction (or explanation): a handler's intermediate responses
     stream as the chunks of one answer, status and headers from the first, as TorchServe
     sends them."""
-    content_type, text_headers = _http_headers(tuple(headers), explain)
+    content_type, text_headers = _handler_headers(headers, explain)
     answers = predict_stream(core, models, name, version, body, content_type, text_headers)
     try:
         first = await anext(answers)
