@@ -24,7 +24,10 @@ from models.build import build_repository
 # connections): two processes never hand out the same port in the seconds between one
 # choosing it and its server binding it.
 PORTS_PER_PROCESS = 4000
-LOWEST_PORT = 12000  # 5 ranges up to 32000, where Linux's ephemeral ports begin
+# 3 ranges from 20000 to 31999: above Ray's worker ports (10002-19999, which a cluster's
+# GCS port among them broke), below Linux's ephemeral ports (32768 on).
+LOWEST_PORT = 20000
+RANGES = 3
 
 
 def _free_ports_of(low: int) -> Callable[..., list[int]]:
@@ -50,7 +53,7 @@ def _free_ports_of(low: int) -> Callable[..., list[int]]:
 
 
 if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
-    launch.free_ports = _free_ports_of(LOWEST_PORT + int(_worker[2:]) % 5 * PORTS_PER_PROCESS)
+    launch.free_ports = _free_ports_of(LOWEST_PORT + int(_worker[2:]) % RANGES * PORTS_PER_PROCESS)
 
 
 def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -> GatewayProcess:
