@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import random
 import signal
 import socket
 import ssl
@@ -25,14 +26,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` different free ports: each socket stays bound until all are taken, since
-    the system may hand a just-closed port out again."""
+def free_ports(count: int, host: str = "127.0.0.1", within: range | None = None) -> list[int]:
+    """`count` different free ports, the system's choice or drawn from `within`: each
+    socket stays bound until all are taken, since the system may hand a just-closed port
+    out again (and a port drawn twice is taken the second time)."""
+    attempts = count if within is None else 50 * count
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
+        ports: list[int] = []
+        while len(ports) < count:
+            if attempts == 0:
+                raise RuntimeError(f"no {count} free ports in {within}")
+            attempts -= 1
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind((host, 0 if within is None else random.choice(within)))
+            except OSError:
+                if within is None:
+                    raise
+                continue  # drawn and taken: draw again
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 @dataclass

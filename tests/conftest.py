@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import random
 import shutil
-import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,30 +28,11 @@ LOWEST_PORT = 20000
 RANGES = 3
 
 
-def _free_ports_of(low: int) -> Callable[..., list[int]]:
-    chooser = random.Random()
-
-    def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-        """As gateway.launch.free_ports, from this process's range."""
-        with contextlib.ExitStack() as stack:
-            ports: list[int] = []
-            for _ in range(50 * count):
-                port = chooser.randrange(low, low + PORTS_PER_PROCESS)
-                sock = stack.enter_context(socket.socket())
-                try:
-                    sock.bind((host, port))  # held until all are chosen, as launch's
-                except OSError:
-                    continue
-                ports.append(port)
-                if len(ports) == count:
-                    return ports
-        raise RuntimeError(f"no {count} free ports in {low}-{low + PORTS_PER_PROCESS - 1}")
-
-    return free_ports
-
-
 if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
-    launch.free_ports = _free_ports_of(LOWEST_PORT + int(_worker[2:]) % RANGES * PORTS_PER_PROCESS)
+    _low = LOWEST_PORT + int(_worker[2:]) % RANGES * PORTS_PER_PROCESS
+    launch.free_ports = functools.partial(
+        launch.free_ports, within=range(_low, _low + PORTS_PER_PROCESS)
+    )
 
 
 def start_server(repository: Path | None, *args: str, log_dir: Path, **kwargs) -> GatewayProcess:

@@ -152,6 +152,7 @@ class TorchServeBackend(PerRequestBackend):
 
 
 MAX_CACHED_HEADERS = 8192  # the TorchServe front's limit; a V2 client may send more
+_NOT_HEADERS = 'parameter "request_headers" must be JSON: a list of [name, value] strings'
 
 
 def _request_headers(text: Any) -> list[tuple[str, str]]:
@@ -161,9 +162,6 @@ def _request_headers(text: Any) -> list[tuple[str, str]]:
     if not isinstance(text, (str, bytes)):
         raise ValueError(_NOT_HEADERS)
     return list((_headers if len(text) <= MAX_CACHED_HEADERS else _headers.__wrapped__)(text))
-
-
-_NOT_HEADERS = 'parameter "request_headers" must be JSON: a list of [name, value] strings'
 
 
 @functools.lru_cache(maxsize=64)
