@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
+from accel_base.errors import InvalidArgument
 from gateway import SERVER_NAME, __version__
 from gateway.arguments import (
     auto_fronts,
@@ -19,6 +20,7 @@ from gateway.arguments import (
 )
 from gateway.core.placement import options as memory_options
 from gateway.core.repository import CONTROL_MODES
+from gateway.core.response_cache import cache_size
 from gateway.core.scheduling.admission import EXEMPT_PER_INSTANCE
 from gateway.operation import health_command
 from gateway.operation.drain import DEFAULT_DRAIN_SECONDS
@@ -105,6 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
         "and requests are refused only while the backlog is measured to grow (arrivals "
         "outrunning service), past the wait it had before it grew. Request deadlines "
         "and --max-queue-size apply either way",
+    )
+    serve.add_argument(
+        "--cache-config",
+        type=cache_config,
+        action="append",
+        default=[],
+        metavar="local,size=BYTES",
+        help="a response cache of BYTES for the models whose config says response_cache "
+        "{ enable: true } (Triton's flag)",
     )
     serve.add_argument(
         "--backend-nice",
@@ -333,6 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     return run_gateway(_options(args, repository, tls, tracing))
 
 
+def cache_config(value: str) -> str:
+    """One --cache-config value, checked as it is read."""
+    try:
+        cache_size([value])
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return value
+
+
 def _torchserve_options(args: argparse.Namespace) -> TorchServeOptions | None:
     """TorchServe's fronts as `serve` turns them on (`accel-gateway torchserve` has its own)."""
     if args.torchserve_port is None and args.torchserve_management_port is None:
@@ -369,6 +389,7 @@ def _options(
         admin_token=args.admin_token,
         server_name=args.server_name,
         allow_shared_memory=args.allow_shared_memory,
+        cache_bytes=cache_size(args.cache_config),
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
         torchserve=_torchserve_options(args),
         tfserving=TfServingOptions.for_repository(args.tfserving_port, args.tfserving_rest_port),

@@ -18,6 +18,7 @@ from gateway.arguments import distinct_ports
 from gateway.core.mounts import Mount
 from gateway.core.placement.options import MemoryOptions
 from gateway.core.repository import ModelRepository
+from gateway.core.response_cache import ResponseCache
 from gateway.core.service import InferenceCore
 from gateway.front_processes.supervisor import FrontSupervisor
 from gateway.listeners import Listeners, check_ports_free, listen, uvicorn_server
@@ -66,6 +67,8 @@ class ServerOptions:
     grpc_server: str = "gateway"  # or "grpcio" (gateway/listeners.py)
     admin_token: str | None = None
     server_name: str = SERVER_NAME  # what server metadata reports (--server-name)
+    # The response cache's bytes (--cache-config local,size=N); None: no cache.
+    cache_bytes: int | None = None
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
     allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
@@ -157,6 +160,8 @@ class Gateway:
             options.shed_lag_ms,
             options.server_name,
         )
+        if options.cache_bytes is not None:
+            self.repository.response_cache = ResponseCache(options.cache_bytes)
         self.core.log_settings = options.log
         self.core.access_log = options.access_log
         self.core.tracing = options.tracing

@@ -46,6 +46,8 @@ def copyable(model: object) -> bool:
     docstring)."""
     if not isinstance(model, ModelVersion) or model.decoupled or model.streams:
         return False
+    if model.cache is not None:  # one response cache, the host's (not N, each missing once)
+        return False
     if not isinstance(model.scheduler, DirectScheduler | DynamicBatcher):
         return False  # a SequenceBatcher holds its sequences' state
     if model.scheduler.per_request:  # a Python model: the user's code, in its own process

@@ -22,6 +22,7 @@ from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.model_config import complete_config, platform_of
 from gateway.core.placement import footprint
 from gateway.core.placement.warm_up import warm_up_inputs
+from gateway.core.response_cache import ResponseCache, answer_cached, check_cacheable
 from gateway.core.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
 from gateway.core.scheduling.admission import Overloaded, queue_budget
 from gateway.core.scheduling.execution import (
@@ -38,6 +39,13 @@ from gateway.core.scheduling.window import adaptive_window
 from gateway.core.sealing import check_artifact, relative_to_repository, repository_prefixes
 from gateway.core.statistics import ModelStatistics
 from gateway.core.validation import RequestRules
+from gateway.core.warmup import (
+    ZEROS_TIMEOUT_S,
+    Sample,
+    read_samples,
+    run_samples,
+    warm_worker,
+)
 from gateway.operation.gpu import gpu_count
 
 log = logging.getLogger(__name__)
@@ -143,8 +151,11 @@ class ModelVersion:
         max_queue_size: int,
         queue_budget_ms: float | None,  # None: shed only a growing backlog
         root: Path | None = None,
+        samples: list[Sample] | None = None,  # model_warmup's (gateway/core/warmup.py)
     ) -> None:
         self.config = config
+        self.samples = samples or []
+        self.cache: ResponseCache | None = None  # set by the repository (response_cache)
         # The repository's path, taken out of messages that leave the server.
         self._prefixes = repository_prefixes(root) if root is not None else []
         self.name = config.name
@@ -164,6 +175,15 @@ class ModelVersion:
         self._metadata: tuple[tuple[int, ...], dict[str, Any]] | None = None  # metadata()'s
         info = platform_info(platform_of(config))
         self._warms_up = info.warm_up
+        self._per_request = info.per_request
+        if self.samples:  # a restarted worker runs them too, before it serves
+            rewarm = functools.partial(
+                warm_worker, self.name, self.samples, [t.name for t in config.output],
+                info.per_request,
+            )  # fmt: skip
+            for instance in instances:
+                if isinstance(instance, ProcessInstance):
+                    instance.rewarm = rewarm
         self.streams = info.streams  # answers may come after responses (core/streamed.py)
         # How long a stream may wait between two responses: read once, not per request.
         self.stream_idle_s = worker_settings(config).run_timeout_s
@@ -275,26 +295,41 @@ class ModelVersion:
             config.name, version, len(instances), ", ".join(kinds),
         )  # fmt: skip
         try:
+            check_cacheable(config)
+            samples = read_samples(config, plan.model_dir)  # checked against the completed config
             return cls(
-                config, version, instances, max_queue_size, queue_budget_ms, plan.model_dir.parent
-            )
+                config, version, instances, max_queue_size, queue_budget_ms, plan.model_dir.parent,
+                samples,
+            )  # fmt: skip
         except BaseException:
             for instance in instances:
                 instance.close()
             raise
 
     async def warm_up(self) -> None:
-        """Run every instance once on a batch of the largest size (zeros, empty strings),
-        so that what the backend allocates on its first run counts in its footprint."""
-        if not self._warms_up:  # a user's code, which zeros may upset (a Python model)
-            return
-        feed = warm_up_inputs(self.config, self.pool.instances[0].allowed_batch_sizes)
+        """Before the version serves: its model_warmup samples on every instance (a failure
+        fails the load), else one batch of the largest size (zeros, empty strings) so that
+        what the backend allocates on its first run counts in its footprint (a failure
+        there is only logged: the model may still serve)."""
         names = [t.name for t in self.config.output]
-        for instance in self.pool.instances:
-            try:
-                await instance.run(feed, names)
-            finally:
-                # A batch this large says nothing of a request's run time, which decides
+        instances = self.pool.instances
+        try:
+            if self.samples:
+                await run_samples(self.name, instances, self.samples, names, self._per_request)
+            elif self._warms_up:  # not a user's code, which zeros may upset (a Python model)
+                feed = warm_up_inputs(self.config, instances[0].allowed_batch_sizes)
+                try:
+                    async with asyncio.timeout(ZEROS_TIMEOUT_S):
+                        for instance in instances:
+                            await instance.run(feed, names)
+                except Exception as exc:  # measured without it
+                    log.warning(
+                        "model '%s': the warm-up batch failed (%s: %s); its footprint is "
+                        "measured without it", self.name, type(exc).__name__, exc,
+                    )  # fmt: skip
+        finally:
+            for instance in instances:
+                # A warm-up batch says nothing of a request's run time, which decides
                 # whether runs go inline (scheduling/instances.py): the first requests
                 # measure it afresh.
                 instance.recent_run_ns = None
@@ -320,6 +355,11 @@ class ModelVersion:
             )
         self.last_used = time.monotonic()
         try:
+            if self.cache is not None:  # gateway/core/response_cache.py
+                return await answer_cached(
+                    self.cache, self.stats, self.config.max_batch_size > 0, request,
+                    self.scheduler.infer,
+                )  # fmt: skip
             return await self.scheduler.infer(request)
         except Overloaded:  # our own words, and refusals must stay cheap
             raise
@@ -353,6 +393,8 @@ class ModelVersion:
 
     async def close(self) -> None:
         """Stop the scheduler, then free the instances (on a worker thread)."""
+        if self.cache is not None:  # a reload under the same version may answer otherwise
+            self.cache.drop_model(self.name, str(self.version))
         if isinstance(self.scheduler, DynamicBatcher | SequenceBatcher):
             await self.scheduler.close()
         for instance in self.pool.instances:

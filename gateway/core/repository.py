@@ -52,6 +52,7 @@ from gateway.core.on_demand import OnDemand, is_pinned
 from gateway.core.placement.inventory import read_inventory
 from gateway.core.placement.ledger import NoRoom
 from gateway.core.placement.manager import MemoryManager
+from gateway.core.response_cache import ResponseCache, model_cache
 from gateway.core.routing.config import is_router
 from gateway.core.routing.loading import load_router
 from gateway.core.scheduling.admission import queue_budget
@@ -114,6 +115,8 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         self.on_demand = OnDemand(self)
         # Set by the server with front processes: who holds copies (gateway/core/copies.py).
         self.copies: Copies | None = None
+        # Set by the server with --cache-config (gateway/core/response_cache.py).
+        self.response_cache: ResponseCache | None = None
 
     def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
         """Mount each directory under its name, or (None) unmount it; loads nothing."""
@@ -299,6 +302,7 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         model = await self.memory.load(
             name, version, plan.slots, load, self.on_demand.candidates, self.on_demand.evict
         )
+        model.cache = model_cache(config, self.response_cache)
         if self.copies is not None:
             try:
                 await self.copies.copy(model, model_dir)

@@ -1,11 +1,12 @@
 """The sealed repository: a model reads files from its own directory only.
 
 A model's directory must lie inside the repository, and every path its config names
-(`default_model_filename`, `cc_model_filenames`, and parameters or accelerator options
-whose key names a file or directory, such as `trt_engine_cache_path` or `cache_dir`)
-must stay inside the model's directory once `..` and symbolic links are resolved. The
-check runs before any file is looked at, so a refusal says nothing about whether the
-file exists. No symbolic link under the model's directory may lead out of it (or loop).
+(`default_model_filename`, `cc_model_filenames`, a warm-up sample's `input_data_file`, and
+parameters or accelerator options whose key names a file or directory, such as
+`trt_engine_cache_path` or `cache_dir`) must stay inside the model's directory once `..`
+and symbolic links are resolved. The check runs before any file is looked at, so a
+refusal says nothing about whether the file exists. No symbolic link under the model's
+directory may lead out of it (or loop).
 Messages that leave the server name paths relative to the repository.
 """
 
@@ -49,6 +50,10 @@ def check_config_paths(config: mc.ModelConfig, model_dir: Path) -> None:
         # File names are relative to each version directory, other paths to the model's.
         file_name = what == "default_model_filename" or what.startswith("cc_model")
         bases = versions if file_name else []
+        if what.startswith(
+            "model_warmup"
+        ):  # read from the model's warmup/ (gateway/core/warmup.py)
+            bases = [model_dir / "warmup"]
         for base in bases or [model_dir]:
             if not _inside(base / value, model_dir):
                 raise InvalidArgument(
@@ -100,6 +105,11 @@ def relative_to_repository(text: str, prefixes: list[str]) -> str:
 def _named_paths(config: mc.ModelConfig) -> Iterator[tuple[str, str]]:
     if config.default_model_filename:
         yield "default_model_filename", config.default_model_filename
+    for sample in config.model_warmup:
+        for name, given in sample.inputs.items():
+            if given.WhichOneof("input_data_type") == "input_data_file":
+                where = f"model_warmup '{sample.name}' input '{name}' input_data_file"
+                yield where, given.input_data_file
     for capability, filename in config.cc_model_filenames.items():
         yield f"cc_model_filenames[{capability}]", filename
     for key, value in config.parameters.items():

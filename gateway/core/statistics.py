@@ -55,6 +55,10 @@ class ModelStatistics:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    # Response cache (gateway/core/response_cache.py): a hit's lookup and answer; a miss's
+    # lookup and insert.
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
     failure_reasons: dict[str, int] = field(default_factory=dict)
     # Requests by duration, answered or failed: REQUEST_BUCKETS, one more for the rest.
@@ -71,6 +75,12 @@ class ModelStatistics:
         queue.count += count
         queue.ns += queue_ns * count
         self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += count
+
+    def record_cache_hit(self, request_ns: int, rows: int) -> None:
+        """A request answered from the response cache: a success and its rows, no run."""
+        self.record_success(request_ns, 0)
+        self.inference_count += rows
+        self.cache_hit.add(request_ns)
 
     def record_failure(self, request_ns: int, reason: str, count: int = 1) -> None:
         self.last_inference_ms = time.time_ns() // 1_000_000
@@ -137,8 +147,8 @@ class ModelStatistics:
                 "compute_input": self.compute_input.as_dict(),
                 "compute_infer": self.compute_infer.as_dict(),
                 "compute_output": self.compute_output.as_dict(),
-                "cache_hit": {"count": 0, "ns": 0},
-                "cache_miss": {"count": 0, "ns": 0},
+                "cache_hit": self.cache_hit.as_dict(),
+                "cache_miss": self.cache_miss.as_dict(),
             },
             "batch_stats": [
                 {
@@ -152,7 +162,8 @@ class ModelStatistics:
         }
 
 
-_DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+              "cache_hit", "cache_miss")  # fmt: skip
 
 
 def merged(parts: list[ModelStatistics]) -> ModelStatistics:

@@ -26,7 +26,6 @@ from pathlib import Path
 from accel_base.proto import model_config_pb2 as mc
 from backends.base import Device
 from gateway.core.model import ModelVersion
-from gateway.core.placement.manager import WARM_UP_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +109,11 @@ class FrontCopies:
                 instances, max_queue_size, queue_budget_ms, nice,
             )  # fmt: skip
             model.attach()
-            try:  # as the host warms its own up: a failed warm-up is not a failed load
-                await asyncio.wait_for(model.warm_up(), WARM_UP_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("the copy of model '%s': its warm-up failed (%s: %s)",
-                            model.name, type(exc).__name__, exc)  # fmt: skip
+            try:  # as the host warms its own up: its samples' failure fails the load
+                await model.warm_up()
+            except BaseException:
+                await model.close()
+                raise
             model.copy_id = copy_id
             if copy_id in self._dropped:  # unloaded while it loaded
                 await model.close()

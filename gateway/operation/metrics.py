@@ -14,6 +14,7 @@ from typing import Any
 from gateway.core.copies import statistics_of
 from gateway.core.placement.metrics import memory_families
 from gateway.core.repository import ModelRepository
+from gateway.core.response_cache import ResponseCache
 from gateway.core.routing.metrics import routing_families
 from gateway.core.scheduling.process_instance import ProcessInstance
 from gateway.operation.gpu import GpuReading, read_gpus
@@ -58,6 +59,18 @@ _COUNTERS = (
         "nv_inference_compute_output_duration_us",
         "Cumulative compute output duration in microseconds",
         "compute_output_us",
+    ),
+    ("nv_cache_num_hits_per_model", "Requests answered from the response cache", "cache_hits"),
+    ("nv_cache_num_misses_per_model", "Response cache lookups that missed", "cache_misses"),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Cumulative time of cache hits (lookup and answer), in microseconds",
+        "cache_hit_us",
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Cumulative time of cache misses (lookup and insert), in microseconds",
+        "cache_miss_us",
     ),
 )
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
@@ -124,6 +137,24 @@ def _worker_families(models) -> list[str]:
     ]  # fmt: skip
 
 
+def _cache_families(cache: ResponseCache | None) -> list[str]:
+    """The response cache as a whole (Triton's names), where the server has one."""
+    if cache is None:
+        return []
+    return [
+        family(name, documentation, kind, [({}, value)])
+        for name, documentation, kind, value in (
+            ("nv_cache_num_entries", "Answers the response cache holds", "gauge", len(cache)),
+            ("nv_cache_num_lookups", "Response cache lookups", "counter", cache.lookups),
+            ("nv_cache_num_hits", "Response cache hits", "counter", cache.hits),
+            ("nv_cache_num_misses", "Response cache misses", "counter", cache.misses),
+            ("nv_cache_num_evictions", "Answers evicted to make room", "counter", cache.evictions),
+            ("nv_cache_util", "Share of the response cache's bytes in use", "gauge",
+             round(cache.used_bytes / cache.size_bytes, 6) if cache.size_bytes else 0.0),
+        )
+    ]  # fmt: skip
+
+
 def _gpu_families(readings: list[GpuReading]) -> list[str]:
     if not readings:
         return []
@@ -156,6 +187,10 @@ def counter_families(models: list[Any]) -> list[str]:
                 "compute_input_us": stats.compute_input.ns // 1000,
                 "compute_infer_us": stats.compute_infer.ns // 1000,
                 "compute_output_us": stats.compute_output.ns // 1000,
+                "cache_hits": stats.cache_hit.count,
+                "cache_misses": stats.cache_miss.count,
+                "cache_hit_us": stats.cache_hit.ns // 1000,
+                "cache_miss_us": stats.cache_miss.ns // 1000,
             }
             samples.append(({"model": model.name, "version": str(model.version)}, values[key]))
         families.append(family(name, documentation, "counter", samples))
@@ -210,6 +245,7 @@ def render(
     families += memory_families(repository.memory, models, family, _labels)
     families += routing_families(models, family, _labels)
     families += _gpu_families(read_gpus())
+    families += _cache_families(repository.response_cache)
     families += torchserve_families(counted, family)
     if fronts is not None:
         families += _front_families(fronts)

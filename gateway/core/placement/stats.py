@@ -20,5 +20,7 @@ class CacheStats:
     wait_s: float = 0.0  # their time waiting, in all
     evictions: int = 0
     load_seconds: Histogram = field(default_factory=lambda: Histogram(LOAD_SECONDS_BUCKETS))
+    # Of the loads of a version with model_warmup samples: their runs on every instance.
+    warmup_seconds: Histogram = field(default_factory=lambda: Histogram(LOAD_SECONDS_BUCKETS))
     # Seconds since the evicted model loaded.
     eviction_ages: Histogram = field(default_factory=lambda: Histogram(AGE_SECONDS_BUCKETS))

@@ -12,6 +12,7 @@ import numpy as np
 from accel_base.batch import BatchShapeError, padded_size
 from accel_base.datatypes import NUMPY_DTYPES, v2_datatype
 from accel_base.proto import model_config_pb2 as mc
+from gateway.core.scheduling.sequence.controls import sequence_of_one
 
 
 def warm_up_inputs(
@@ -19,7 +20,8 @@ def warm_up_inputs(
 ) -> dict[str, np.ndarray]:
     """Zeros (empty strings for BYTES) for every input the config declares, at the
     largest batch (max_batch_size, padded to a size a compiled backend allows); a
-    dimension of any size (-1) is 1."""
+    dimension of any size (-1) is 1. A sequence model's control and state inputs as for
+    sequences of one request."""
     rows: list[int] = []
     if config.max_batch_size > 0:  # as the batcher pads its largest batch
         try:
@@ -34,4 +36,4 @@ def warm_up_inputs(
             feed[tensor.name] = np.full(shape, b"", dtype=object)
         else:
             feed[tensor.name] = np.zeros(shape, dtype=NUMPY_DTYPES[datatype])
-    return feed
+    return feed | sequence_of_one(config, rows[0] if rows else 1, bool(rows))

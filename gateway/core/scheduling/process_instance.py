@@ -82,6 +82,9 @@ class ProcessInstance:
         self._reply: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kill_reason: str | None = None
+        # Run on each new worker after a crash, before it serves: the model's warm-up
+        # samples (gateway/core/warmup.py's warm_worker), where it has any.
+        self.rewarm: Callable[[WorkerProcess], None] | None = None
 
     # ---- running a batch -------------------------------------------------------------
 
@@ -277,9 +280,11 @@ class ProcessInstance:
             return
 
     def _restart_worker(self) -> None:
-        self.worker, self.loaded = self._spawn_unless_closed()
+        self.worker, self.loaded = self._spawn_unless_closed(self.rewarm)
 
-    def _spawn_unless_closed(self) -> tuple[WorkerProcess, LoadedModel]:
+    def _spawn_unless_closed(
+        self, warm: Callable[[WorkerProcess], None] | None = None
+    ) -> tuple[WorkerProcess, LoadedModel]:
         # Runs on a thread that goes on even if the restart is cancelled by an unload:
         # close() kills a worker that is still loading, and one that finished loading
         # for a closed instance is stopped right here, never orphaned.
@@ -290,6 +295,13 @@ class ProcessInstance:
 
         try:
             worker, loaded = self._spawn(started)
+            if warm is not None:  # while close() can still find it as the one starting
+                try:
+                    warm(worker)
+                except BaseException:
+                    worker.kill()
+                    worker.close()
+                    raise
         finally:
             self._starting = None
         if self._closed:

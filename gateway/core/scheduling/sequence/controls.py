@@ -137,3 +137,17 @@ def server_filled(config: mc.ModelConfig) -> set[str]:
 def state_outputs(config: mc.ModelConfig) -> set[str]:
     """The model outputs the server keeps as state rather than answers."""
     return {s.output_name for s in config.sequence_batching.state}
+
+
+def sequence_of_one(config: mc.ModelConfig, rows: int, batched: bool) -> dict[str, np.ndarray]:
+    """The control and state inputs of a batch of `rows` sequences of one request each
+    (start, end and ready; correlation id 0; initial state), for a run outside the
+    sequence batcher (a warm-up); empty for a model without sequence batching."""
+    if not config.HasField("sequence_batching"):
+        return {}
+    flags = [RowFlags(start=True, end=True, ready=True)] * rows
+    feed = control_feed(controls_of(config), flags, batched)
+    for state in states_of(config):
+        initial = initial_state(state)
+        feed[state.input] = np.stack([initial] * rows) if batched else initial
+    return feed

@@ -1,0 +1,183 @@
+"""Triton's response cache: a model with `response_cache { enable: true }` answers a
+request it answered before from memory, without running (`--cache-config local,size=N`).
+
+The key is what decides the answer: the model and version, each input's name, datatype,
+shape and bytes, the outputs asked for with their parameters, and the request's
+parameters, less those that only say how the answer travels or when it runs (binary
+data, shared memory, priority, timeout). Keys are compared whole, never by a hash alone,
+so two requests share an entry only if they are the same. One cache serves every model,
+bounded in bytes (each entry's key and output bytes), least recently used first out.
+A front process that serves its own copies of models holds a cache of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accel_base.datatypes import serialize_bytes
+from accel_base.errors import InvalidArgument
+from accel_base.proto import model_config_pb2 as mc
+from gateway.core.inference import InferRequest, InferResponse, Tensor
+from gateway.core.statistics import ModelStatistics
+
+log = logging.getLogger(__name__)
+
+# Parameters that change how an answer travels or when a request runs, not what it says.
+TRANSPORT = frozenset({
+    "binary_data", "binary_data_size", "binary_data_output", "shared_memory_region",
+    "shared_memory_byte_size", "shared_memory_offset", "priority", "timeout",
+    "triton_enable_empty_final_response",
+})  # fmt: skip
+ENTRY_OVERHEAD = 256  # bytes an entry costs beyond its data: its objects and its slot
+
+
+def cache_size(values: list[str]) -> int | None:
+    """The bytes Triton's `--cache-config local,size=N` (repeatable, one setting each)
+    gives the cache; None without any."""
+    size = None
+    for value in values:
+        name, _, setting = value.partition(",")
+        if name != "local":
+            raise InvalidArgument(
+                f"--cache-config {value!r}: only the 'local' cache is built in "
+                "(--cache-config local,size=BYTES)"
+            )
+        key, _, number = setting.partition("=")
+        if key != "size" or not number.isdigit():
+            raise InvalidArgument(
+                f"--cache-config {value!r}: the local cache takes size=BYTES, nothing else"
+            )
+        size = int(number)
+    return size
+
+
+@dataclass(slots=True)
+class _Entry:
+    outputs: list[Tensor]
+    parameters: dict[str, Any]
+    nbytes: int
+
+
+class ResponseCache:
+    def __init__(self, size_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.used_bytes = 0
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self.lookups = self.hits = self.misses = self.insertions = self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, key: tuple, request: InferRequest) -> InferResponse | None:
+        """The cached answer to `request` (its own id), or None."""
+        self.lookups += 1
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(key)
+        return InferResponse(
+            key[0], key[1], request.id, dict(entry.parameters), list(entry.outputs)
+        )
+
+    def insert(self, key: tuple, key_bytes: int, response: InferResponse) -> None:
+        """Keep `response` for `key`, making room by evicting the least recently used; an
+        answer larger than the whole cache is not kept."""
+        outputs = [Tensor(t.name, t.datatype, _frozen(t.data), {}) for t in response.outputs]
+        nbytes = key_bytes + ENTRY_OVERHEAD + sum(_nbytes(t.data) for t in outputs)
+        if nbytes > self.size_bytes or key in self._entries:
+            return
+        while self.used_bytes + nbytes > self.size_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.used_bytes -= evicted.nbytes
+            self.evictions += 1
+        self._entries[key] = _Entry(outputs, dict(response.parameters), nbytes)
+        self.used_bytes += nbytes
+        self.insertions += 1
+
+    def drop_model(self, name: str, version: str) -> None:
+        """Forget a version's answers (it was unloaded: a reload may answer otherwise)."""
+        for key in [k for k in self._entries if k[0] == name and k[1] == version]:
+            self.used_bytes -= self._entries.pop(key).nbytes
+
+
+def request_key(name: str, version: str, request: InferRequest) -> tuple[tuple, int]:
+    """The cache key of a request to `name` version `version`, and its size in bytes."""
+    parts: list[Any] = [name, version]
+    size = 0
+    for tensor in request.inputs:
+        data = tensor.data
+        raw = serialize_bytes(data) if data.dtype.hasobject else data.tobytes()
+        size += len(raw)
+        parts.append((tensor.name, tensor.datatype, data.shape, raw))
+    parts.append(tuple((o.name, _kept(o.parameters)) for o in request.outputs))
+    parts.append(_kept(request.parameters))
+    return tuple(parts), size
+
+
+def _kept(parameters: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in parameters.items() if k not in TRANSPORT))
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A copy nobody else holds or can change (an output may view a worker's arena)."""
+    copy = np.array(array, copy=True)
+    copy.flags.writeable = False
+    return copy
+
+
+def _nbytes(array: np.ndarray) -> int:
+    if array.dtype.hasobject:
+        return sum(len(v) if isinstance(v, bytes | str) else 64 for v in array.flat)
+    return array.nbytes
+
+
+def check_cacheable(config: mc.ModelConfig) -> None:
+    """Refuse response_cache where an answer depends on more than the request."""
+    if not config.response_cache.enable:
+        return
+    if config.model_transaction_policy.decoupled:
+        why = "a decoupled model's answer is a stream of responses"
+    elif config.HasField("sequence_batching"):
+        why = "a sequence model's answer depends on the requests before it"
+    else:
+        return
+    raise InvalidArgument(
+        f"model '{config.name}': response_cache cannot be enabled: {why}; remove it"
+    )
+
+
+def model_cache(config: mc.ModelConfig, cache: ResponseCache | None) -> ResponseCache | None:
+    """The cache a loaded version answers from: the server's, where its config enables it."""
+    if config.response_cache.enable and cache is None:
+        log.warning("model '%s' enables response_cache, but the server has no cache: start "
+                    "it with --cache-config local,size=BYTES", config.name)  # fmt: skip
+    return cache if config.response_cache.enable else None
+
+
+async def answer_cached(
+    cache: ResponseCache, stats: ModelStatistics, batching: bool, request: InferRequest,
+    run: Callable[[InferRequest], Awaitable[InferResponse]],
+) -> InferResponse:  # fmt: skip
+    """The cached answer to `request`, or `run(request)`'s, kept for the next."""
+    start = time.perf_counter_ns()
+    key, key_bytes = request_key(stats.name, stats.version, request)
+    response = cache.lookup(key, request)
+    if response is not None:
+        rows = request.inputs[0].data.shape[0] if batching and request.inputs else 1
+        stats.record_cache_hit(time.perf_counter_ns() - start, rows)
+        return response
+    looked = time.perf_counter_ns() - start
+    response = await run(request)
+    start = time.perf_counter_ns()
+    cache.insert(key, key_bytes, response)
+    stats.cache_miss.add(looked + time.perf_counter_ns() - start)
+    return response

@@ -1,0 +1,123 @@
+"""The response cache through the unmodified tritonclient: hits are answered without a
+run (execution_count stays), counted in statistics and metrics; models whose answers
+depend on more than the request refuse it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+CACHED = "\nresponse_cache { enable: true }\n"
+
+
+def simple_inputs(mod, offset: int):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16) + offset
+    b = np.ones((1, 16), dtype=np.int32)
+    inputs = [
+        mod.InferInput("INPUT0", [1, 16], "INT32"),
+        mod.InferInput("INPUT1", [1, 16], "INT32"),
+    ]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return inputs, a + b
+
+
+def stats_of(client, protocol: str, model: str) -> tuple[int, int, int, int]:
+    """execution_count, inference_count, cache hits, cache misses."""
+    if protocol == "http":
+        row = client.get_inference_statistics(model)["model_stats"][0]
+        inference = row["inference_stats"]
+        return (row["execution_count"], row["inference_count"],
+                inference["cache_hit"]["count"], inference["cache_miss"]["count"])  # fmt: skip
+    row = client.get_inference_statistics(model).model_stats[0]
+    inference = row.inference_stats
+    return (row.execution_count, row.inference_count,
+            inference.cache_hit.count, inference.cache_miss.count)  # fmt: skip
+
+
+@pytest.fixture
+def cached_server(repository_copy, server_factory):
+    repository = repository_copy("simple", "identity_int32", "accumulate")
+    config = repository / "simple" / "config.pbtxt"
+    config.write_text(config.read_text() + CACHED)
+    return server_factory(repository, "--cache-config", "local,size=1048576")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_hits_are_answered_without_running_the_model(cached_server, protocol):
+    mod = httpclient if protocol == "http" else grpcclient
+    url = cached_server.http_url if protocol == "http" else cached_server.grpc_url
+    client = mod.InferenceServerClient(url)
+    for attempt in range(5):
+        inputs, expected = simple_inputs(mod, 0)
+        result = client.infer("simple", inputs, request_id=f"r{attempt}")
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
+        response = result.get_response()
+        assert (response["id"] if protocol == "http" else response.id) == f"r{attempt}"
+    assert stats_of(client, protocol, "simple") == (1, 5, 4, 1)  # one run, four hits
+    inputs, expected = simple_inputs(mod, 100)  # other inputs: a miss, and a run
+    np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), expected)
+    assert stats_of(client, protocol, "simple") == (2, 6, 4, 2)
+    # Asking for one output is another question, with its own answer
+    only = [mod.InferRequestedOutput("OUTPUT1")]
+    answer = client.infer("simple", simple_inputs(mod, 0)[0], outputs=only)
+    assert answer.as_numpy("OUTPUT0") is None
+    assert stats_of(client, protocol, "simple") == (3, 7, 4, 3)
+    # A model without response_cache in its config is never cached
+    tensor = mod.InferInput("INPUT0", [1, 3], "INT32")
+    tensor.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.int32))
+    for _ in range(2):
+        client.infer("identity_int32", [tensor])
+    assert stats_of(client, protocol, "identity_int32") == (2, 2, 0, 0)
+
+
+def test_the_cache_shows_in_metrics(cached_server):
+    client = httpclient.InferenceServerClient(cached_server.http_url)
+    for _ in range(3):
+        client.infer("simple", simple_inputs(httpclient, 7)[0])
+    text = httpx.get(f"http://127.0.0.1:{cached_server.metrics_port}/metrics").text
+    assert 'nv_cache_num_hits_per_model{model="simple",version="1"} 2' in text
+    assert 'nv_cache_num_misses_per_model{model="simple",version="1"} 1' in text
+    assert "nv_cache_num_entries 1" in text
+    assert "nv_cache_num_lookups 3" in text
+
+
+def test_a_sequence_model_refuses_the_cache_at_load(repository_copy, server_factory):
+    repository = repository_copy("accumulate")
+    config = repository / "accumulate" / "config.pbtxt"
+    config.write_text(config.read_text() + CACHED)
+    server = server_factory(
+        repository, "--model-control-mode", "explicit", "--cache-config", "local,size=4096"
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException, match="depends on the requests before it"):
+        client.load_model("accumulate")
+
+
+def test_without_a_server_cache_the_model_serves_uncached(repository_copy, server_factory):
+    repository = repository_copy("simple")
+    config = repository / "simple" / "config.pbtxt"
+    config.write_text(config.read_text() + CACHED)
+    server = server_factory(repository)
+    client = httpclient.InferenceServerClient(server.http_url)
+    for _ in range(2):
+        client.infer("simple", simple_inputs(httpclient, 0)[0])
+    assert stats_of(client, "http", "simple") == (2, 2, 0, 0)
+    assert "start it with --cache-config local,size=BYTES" in server.log()
+
+
+def test_a_bad_cache_config_is_refused_by_name(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--model-repository", str(tmp_path),
+         "--cache-config", "redis,host=x"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "only the 'local' cache is built in" in result.stderr
