@@ -20,7 +20,7 @@ import re
 import subprocess
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -96,10 +96,11 @@ class _Connection(asyncio.Protocol):
 
 class _Generator:
     def __init__(
-        self, host: str, port: int, request: bytes, max_connections: int = MAX_CONNECTIONS,
-        connection: type = _Connection,
+        self, host: str, port: int, request: bytes | Callable[[], bytes],
+        max_connections: int = MAX_CONNECTIONS, connection: type = _Connection,
     ) -> None:  # fmt: skip
-        """`connection`: the protocol class a connection speaks (HTTP/1.1 here; a gRPC one
+        """`request`: the bytes of every request, or what makes each next one.
+        `connection`: the protocol class a connection speaks (HTTP/1.1 here; a gRPC one
         in benchmarks/grpc_open_loop.py), with send(request, outcome)."""
         self.host, self.port, self.request = host, port, request
         self.max_connections = max_connections
@@ -133,13 +134,17 @@ class _Generator:
         finally:
             self.opening -= 1
         self.connections.add(connection)
-        connection.send(self.request, outcome)
+        connection.send(self.next_request(), outcome)
+
+    def next_request(self) -> bytes:
+        request = self.request
+        return request if isinstance(request, bytes) else request()
 
     def send(self, outcome: Outcome, tasks: set[asyncio.Task]) -> None:
         while self.idle:
             connection = self.idle.popleft()
             if connection in self.connections:
-                connection.send(self.request, outcome)
+                connection.send(self.next_request(), outcome)
                 return
         if len(self.connections) + self.opening >= self.max_connections:
             outcome.unsent = True  # every connection is waiting for an answer: unanswered
@@ -223,7 +228,7 @@ async def closed_loop(
 
 
 async def closed_loop_latencies(
-    host: str, port: int, request: bytes, connections: int, seconds: float,
+    host: str, port: int, request: bytes | Callable[[], bytes], connections: int, seconds: float,
     connection: type = _Connection,
 ) -> tuple[float, list[float]]:  # fmt: skip
     """closed_loop's answers a second, and the seconds each 2xx answer took."""

@@ -280,9 +280,11 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
                 return await load_router(
                     config, version, self._load_variant, self.serving, self.get
                 )
-            return await load_ensemble(
+            ensemble = await load_ensemble(
                 config, version, self._load_step_model, self.serving, self.get
             )
+            ensemble.cache = model_cache(config, self.response_cache)
+            return ensemble
         plan = await asyncio.to_thread(ModelVersion.plan, model_dir, version, config)
         calls = None  # where a Python model calls other models (gateway/core/model_calls.py)
         if process_only(plan.platform) and self.model_calls is not None:

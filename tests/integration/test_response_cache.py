@@ -4,6 +4,7 @@ depend on more than the request refuse it."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -14,7 +15,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from models import digits, python_models
+from models.digits import held_out
+
 CACHED = "\nresponse_cache { enable: true }\n"
+PIPELINE = ("digits_preprocess", "digits_postprocess", "digits_pipeline")
 
 
 def simple_inputs(mod, offset: int):
@@ -121,3 +126,50 @@ def test_a_bad_cache_config_is_refused_by_name(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert "only the 'local' cache is built in" in result.stderr
+
+
+def test_an_ensemble_answers_from_its_own_cache_before_any_member_runs(
+    example_repository, tmp_path, server_factory
+):
+    repository = tmp_path / "repository"
+    shutil.copytree(example_repository / digits.NAME, repository / digits.NAME)
+    python_models.build(repository, PIPELINE)
+    for name in ("digits_pipeline", digits.NAME):  # the top level and a member
+        config = repository / name / "config.pbtxt"
+        config.write_text(config.read_text() + CACHED)
+    server = server_factory(repository, "--cache-config", "local,size=1048576")
+    client = httpclient.InferenceServerClient(server.http_url)
+    pixels, _ = held_out()
+    images = np.round(pixels[:2] * (255.0 / 16.0)).astype(np.uint8).reshape(2, 8, 8)
+    labels = []
+    for image in (images[:1], images[:1], images[1:]):
+        tensor = httpclient.InferInput("IMAGE", [1, 8, 8], "UINT8")
+        tensor.set_data_from_numpy(image)
+        labels.append(int(client.infer("digits_pipeline", [tensor]).as_numpy("LABEL")[0, 0]))
+    assert labels[0] == labels[1]
+    assert stats_of(client, "http", "digits_pipeline")[2:] == (1, 2)  # one hit, two misses
+    # The hit ran no member: the classifier and the preprocess ran for the two misses only
+    assert stats_of(client, "http", digits.NAME)[0] == 2
+    assert stats_of(client, "http", "digits_preprocess")[0] == 2
+
+
+def test_an_ensemble_with_a_sequence_member_refuses_the_cache(repository_copy, server_factory):
+    repository = repository_copy("accumulate")
+    (repository / "chain").mkdir()
+    (repository / "chain" / "config.pbtxt").write_text(
+        """name: "chain"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_INT32, dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "accumulate" model_version: -1
+  input_map { key: "INPUT" value: "X" } output_map { key: "OUTPUT" value: "Y" } } ] }
+response_cache { enable: true }
+"""
+    )
+    server = server_factory(
+        repository, "--model-control-mode", "explicit", "--cache-config", "local,size=4096"
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException, match="member 'accumulate' answers by more"):
+        client.load_model("chain")

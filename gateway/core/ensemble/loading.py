@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.ensemble.model import EnsembleModel, Resolve
 from gateway.core.ensemble.plan import check_members, plan_steps
@@ -24,4 +25,13 @@ async def load_ensemble(
     steps = plan_steps(config)  # a bad section fails before any load
     members = [await load_member(config.name, step.model, step.version) for step in steps]
     datatypes = check_members(config, steps, [member.config for member in members])
+    if config.response_cache.enable:  # its answer is its members': cacheable if theirs are
+        for member in members:
+            stateful = member.config.HasField("sequence_batching")
+            if getattr(member, "decoupled", False) or stateful:
+                raise InvalidArgument(
+                    f"ensemble '{config.name}': response_cache cannot be enabled: its member "
+                    f"'{member.name}' answers by more than the request (decoupled or a "
+                    "sequence model); remove it"
+                )
     return EnsembleModel(config, version, steps, datatypes, resolve, lookup)

@@ -15,6 +15,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.core.ensemble.plan import Step
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.model import model_metadata
+from gateway.core.response_cache import ResponseCache, answer_cached
 from gateway.core.statistics import ModelStatistics
 from gateway.core.validation import RequestRules, check_request
 
@@ -50,6 +51,7 @@ class EnsembleModel:
         self._rules = RequestRules.from_config(config)
         self._datatypes = datatypes
         self._pending = 0
+        self.cache: ResponseCache | None = None  # set by the repository (response_cache)
 
     @property
     def pending(self) -> int:
@@ -69,7 +71,15 @@ class EnsembleModel:
                 return f"{step.label} is not ready: {reason}"
         return None
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    def infer(self, request: InferRequest) -> Awaitable[InferResponse]:
+        """The answer to `request`: from the response cache where the config enables it
+        (the ensemble's own, before any member runs), else by running its steps."""
+        if self.cache is not None:
+            batching = self.config.max_batch_size > 0
+            return answer_cached(self.cache, self.stats, batching, request, self._infer)
+        return self._infer(request)
+
+    async def _infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter_ns()
         self.last_used = time.monotonic()
         self._pending += 1
@@ -165,4 +175,5 @@ class EnsembleModel:
         return model_metadata(self.config, versions)
 
     async def close(self) -> None:
-        return None
+        if self.cache is not None:  # a reload under the same version may answer otherwise
+            self.cache.drop_model(self.name, str(self.version))
