@@ -22,7 +22,7 @@ from gateway.core.inference import InferRequest, InferResponse
 from gateway.core.model_config import complete_config, platform_of
 from gateway.core.placement import footprint
 from gateway.core.placement.warm_up import warm_up_inputs
-from gateway.core.response_cache import ResponseCache, answer_cached, check_cacheable
+from gateway.core.response_cache import ResponseCache, answer_cached, next_generation
 from gateway.core.scheduling import DirectScheduler, DynamicBatcher, Instance, InstancePool
 from gateway.core.scheduling.admission import Overloaded, queue_budget
 from gateway.core.scheduling.execution import (
@@ -156,6 +156,7 @@ class ModelVersion:
         self.config = config
         self.samples = samples or []
         self.cache: ResponseCache | None = None  # set by the repository (response_cache)
+        self.generation = next_generation()  # this load's, in cache keys
         # The repository's path, taken out of messages that leave the server.
         self._prefixes = repository_prefixes(root) if root is not None else []
         self.name = config.name
@@ -295,7 +296,6 @@ class ModelVersion:
             config.name, version, len(instances), ", ".join(kinds),
         )  # fmt: skip
         try:
-            check_cacheable(config)
             samples = read_samples(config, plan.model_dir)  # checked against the completed config
             return cls(
                 config, version, instances, max_queue_size, queue_budget_ms, plan.model_dir.parent,
@@ -357,9 +357,8 @@ class ModelVersion:
         try:
             if self.cache is not None:  # gateway/core/response_cache.py
                 return await answer_cached(
-                    self.cache, self.stats, self.config.max_batch_size > 0, request,
-                    self.scheduler.infer,
-                )  # fmt: skip
+                    self.cache, self.stats, self.generation, request, self.scheduler.infer
+                )
             return await self.scheduler.infer(request)
         except Overloaded:  # our own words, and refusals must stay cheap
             raise
@@ -393,11 +392,11 @@ class ModelVersion:
 
     async def close(self) -> None:
         """Stop the scheduler, then free the instances (on a worker thread)."""
-        if self.cache is not None:  # a reload under the same version may answer otherwise
-            self.cache.drop_model(self.name, str(self.version))
         if isinstance(self.scheduler, DynamicBatcher | SequenceBatcher):
             await self.scheduler.close()
         for instance in self.pool.instances:
             instance.detach()
         self.pool.fail_waiters(Unavailable(f"model '{self.name}' was unloaded"))
         await asyncio.to_thread(self.pool.close)
+        if self.cache is not None:  # its answers' room (a reload's keys differ anyway)
+            self.cache.drop(self.generation)

@@ -52,7 +52,7 @@ from gateway.core.on_demand import OnDemand, is_pinned
 from gateway.core.placement.inventory import read_inventory
 from gateway.core.placement.ledger import NoRoom
 from gateway.core.placement.manager import MemoryManager
-from gateway.core.response_cache import ResponseCache, model_cache
+from gateway.core.response_cache import ResponseCache, check_cacheable, model_cache
 from gateway.core.routing.config import is_router
 from gateway.core.routing.loading import load_router
 from gateway.core.scheduling.admission import queue_budget
@@ -210,6 +210,7 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
             await asyncio.to_thread(check_links, model_dir, name)  # may walk a big tree
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
             adaptive_window(config)  # the same
+            check_cacheable(config)  # the same
             mount = self.mounts.get(name)
             if mount is not None and mount.versions is not None:  # its front chose them
                 wanted = [v for v in available_versions(model_dir) if v in mount.versions]

@@ -7,11 +7,12 @@ parameters, less those that only say how the answer travels or when it runs (bin
 data, shared memory, priority, timeout). Keys are compared whole, never by a hash alone,
 so two requests share an entry only if they are the same. One cache serves every model,
 bounded in bytes (each entry's key and output bytes), least recently used first out.
-A front process that serves its own copies of models holds a cache of its own.
+A cached model is served by the host process alone (gateway/core/copies.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -84,17 +85,18 @@ class ResponseCache:
             return None
         self.hits += 1
         self._entries.move_to_end(key)
-        return InferResponse(
-            key[0], key[1], request.id, dict(entry.parameters), list(entry.outputs)
-        )
+        # Tensors of its own: a front may replace a tensor's data (a reshape), never the
+        # cache's (whose arrays nobody can write).
+        outputs = [Tensor(t.name, t.datatype, t.data, {}) for t in entry.outputs]
+        return InferResponse(key[0], key[1], request.id, dict(entry.parameters), outputs)
 
     def insert(self, key: tuple, key_bytes: int, response: InferResponse) -> None:
         """Keep `response` for `key`, making room by evicting the least recently used; an
         answer larger than the whole cache is not kept."""
-        outputs = [Tensor(t.name, t.datatype, _frozen(t.data), {}) for t in response.outputs]
-        nbytes = key_bytes + ENTRY_OVERHEAD + sum(_nbytes(t.data) for t in outputs)
+        nbytes = key_bytes + ENTRY_OVERHEAD + sum(_nbytes(t.data) for t in response.outputs)
         if nbytes > self.size_bytes or key in self._entries:
             return
+        outputs = [Tensor(t.name, t.datatype, _frozen(t.data), {}) for t in response.outputs]
         while self.used_bytes + nbytes > self.size_bytes:
             _, evicted = self._entries.popitem(last=False)
             self.used_bytes -= evicted.nbytes
@@ -103,15 +105,30 @@ class ResponseCache:
         self.used_bytes += nbytes
         self.insertions += 1
 
-    def drop_model(self, name: str, version: str) -> None:
-        """Forget a version's answers (it was unloaded: a reload may answer otherwise)."""
-        for key in [k for k in self._entries if k[0] == name and k[1] == version]:
+    def drop(self, generation: int) -> None:
+        """Free the answers of one load of a version (it was unloaded)."""
+        self.drop_where(lambda key: key[2] == generation)
+
+    def drop_where(self, unloaded: Callable[[tuple], bool]) -> None:
+        for key in [k for k in self._entries if unloaded(k)]:
             self.used_bytes -= self._entries.pop(key).nbytes
 
 
-def request_key(name: str, version: str, request: InferRequest) -> tuple[tuple, int]:
-    """The cache key of a request to `name` version `version`, and its size in bytes."""
-    parts: list[Any] = [name, version]
+def next_generation() -> int:
+    """A number for one load of a model version: keys carry it, so a version reloaded
+    under the same number (new files) never answers from its last load's entries."""
+    return next(_generations)
+
+
+_generations = itertools.count(1)
+
+
+def request_key(
+    name: str, version: str, generation: Any, request: InferRequest
+) -> tuple[tuple, int]:
+    """The cache key of a request to `name` version `version` (`generation`: its load's
+    number, or what else its answer depends on), and the key's size in bytes."""
+    parts: list[Any] = [name, version, generation]
     size = 0
     for tensor in request.inputs:
         data = tensor.data
@@ -164,16 +181,15 @@ def model_cache(config: mc.ModelConfig, cache: ResponseCache | None) -> Response
 
 
 async def answer_cached(
-    cache: ResponseCache, stats: ModelStatistics, batching: bool, request: InferRequest,
+    cache: ResponseCache, stats: ModelStatistics, generation: Any, request: InferRequest,
     run: Callable[[InferRequest], Awaitable[InferResponse]],
 ) -> InferResponse:  # fmt: skip
     """The cached answer to `request`, or `run(request)`'s, kept for the next."""
     start = time.perf_counter_ns()
-    key, key_bytes = request_key(stats.name, stats.version, request)
+    key, key_bytes = request_key(stats.name, stats.version, generation, request)
     response = cache.lookup(key, request)
     if response is not None:
-        rows = request.inputs[0].data.shape[0] if batching and request.inputs else 1
-        stats.record_cache_hit(time.perf_counter_ns() - start, rows)
+        stats.record_cache_hit(time.perf_counter_ns() - start)
         return response
     looked = time.perf_counter_ns() - start
     response = await run(request)

@@ -76,10 +76,10 @@ class ModelStatistics:
         queue.ns += queue_ns * count
         self.durations[bisect_left(_REQUEST_BOUNDS_NS, request_ns)] += count
 
-    def record_cache_hit(self, request_ns: int, rows: int) -> None:
-        """A request answered from the response cache: a success and its rows, no run."""
+    def record_cache_hit(self, request_ns: int) -> None:
+        """A request answered from the response cache: a success, but neither inferences
+        nor a run (Triton's inference_count leaves cache hits out)."""
         self.record_success(request_ns, 0)
-        self.inference_count += rows
         self.cache_hit.add(request_ns)
 
     def record_failure(self, request_ns: int, reason: str, count: int = 1) -> None:

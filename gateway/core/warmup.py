@@ -13,18 +13,22 @@ of one request. A decoupled model refuses samples: its responses would have no s
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from accel_base.batch import BatchShapeError, padded_size
 from accel_base.datatypes import NUMPY_DTYPES, deserialize_bytes, element_count, v2_datatype
 from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.scheduling.per_request import run_requests
 from gateway.core.scheduling.sequence.controls import sequence_of_one
 
+log = logging.getLogger(__name__)
 WARMUP_DIR = "warmup"  # under the model's directory, as Triton's
 # Bounds on the zeros batch (a failure or a timeout there is only logged) and on a
 # model's own samples (past it, the load fails).
@@ -49,17 +53,24 @@ def read_samples(config: mc.ModelConfig, model_dir: Path) -> list[Sample]:
             f"model '{config.name}': model_warmup is not supported for a decoupled model "
             "(its responses would have no stream to go to); remove model_warmup"
         )
-    return [_sample(config, model_dir, i, s) for i, s in enumerate(config.model_warmup)]
+    samples = []
+    for index, sample in enumerate(config.model_warmup):
+        if sample.batch_size == 0:  # as Triton: a sample of no rows is not run
+            log.info("model '%s': warm-up sample '%s' has batch_size 0 and is skipped",
+                     config.name, sample.name or f"#{index}")  # fmt: skip
+            continue
+        samples.append(_sample(config, model_dir, index, sample))
+    return samples
 
 
 def _sample(config: mc.ModelConfig, model_dir: Path, index: int, sample: Any) -> Sample:
     name = sample.name or f"#{index}"
     where = f"model '{config.name}': warm-up sample '{name}'"
     batching = config.max_batch_size > 0
-    if batching and not 1 <= sample.batch_size <= config.max_batch_size:
+    if batching and sample.batch_size > config.max_batch_size:
         raise InvalidArgument(
-            f"{where}: batch_size {sample.batch_size} is outside 1..{config.max_batch_size} "
-            "(max_batch_size)"
+            f"{where}: batch_size {sample.batch_size} is over the model's max_batch_size "
+            f"{config.max_batch_size}"
         )
     if not batching and sample.batch_size > 1:
         raise InvalidArgument(
@@ -92,6 +103,8 @@ def _sample(config: mc.ModelConfig, model_dir: Path, index: int, sample: Any) ->
         _check_spec(what, datatype, tuple(given.dims), *expected)
         row = _row(what, given, datatype, tuple(given.dims), model_dir, rng)
         feed[input_name] = np.stack([row] * rows) if rows else row
+    for array in feed.values():  # the same arrays on every run: none may change them
+        array.flags.writeable = False
     return Sample(name, max(sample.count, 1), rows, feed)
 
 
@@ -154,14 +167,29 @@ def _from_file(what: str, path: Path, datatype: str, dims: tuple[int, ...]) -> n
         ) from None
     count = element_count(dims)
     if datatype == "BYTES":
-        return deserialize_bytes(raw, count, what).reshape(dims)
+        return _strings(what, path.name, raw, count).reshape(dims)
     dtype = NUMPY_DTYPES[datatype]
-    if len(raw) != count * dtype.itemsize:
+    needed = count * dtype.itemsize
+    if len(raw) < needed:  # longer is fine, as Triton: the row is its first bytes
         raise InvalidArgument(
             f"{what}: input_data_file {path.name!r} holds {len(raw)} bytes, but one row of "
-            f"TYPE_{datatype} {list(dims)} is {count * dtype.itemsize}"
+            f"TYPE_{datatype} {list(dims)} is {needed}"
         )
-    return np.frombuffer(raw, dtype.newbyteorder("<")).astype(dtype).reshape(dims)
+    return np.frombuffer(raw[:needed], dtype.newbyteorder("<")).astype(dtype).reshape(dims)
+
+
+def _strings(what: str, name: str, raw: bytes, count: int) -> np.ndarray:
+    """The first `count` length-prefixed elements of a BYTES file."""
+    end = 0
+    for _ in range(count):
+        if end + 4 > len(raw):
+            end = len(raw) + 1  # too short: refused below
+            break
+        end += 4 + int.from_bytes(raw[end : end + 4], "little")
+    if end > len(raw):
+        raise InvalidArgument(f"{what}: input_data_file {name!r} holds fewer than {count} "
+                              "length-prefixed elements")  # fmt: skip
+    return deserialize_bytes(raw[:end], count, what)
 
 
 async def run_samples(
@@ -188,7 +216,7 @@ async def _run(
     where = f"model '{model}': warm-up sample '{sample.name}' failed on instance {instance.name}"
     try:
         if not per_request:
-            await instance.run(sample.feed, outputs)
+            await instance.run(_padded(sample, instance.allowed_batch_sizes), outputs)
             return
         infos = _requests(sample, outputs)
         _, _, failures = await run_requests(instance, sample.feed, outputs, infos, model)
@@ -200,6 +228,19 @@ async def _run(
         raise Unavailable(f"{where}: {next(iter(failures.values())).message}")
 
 
+def _padded(sample: Sample, allowed: tuple[int, ...] | None) -> dict[str, np.ndarray]:
+    """The sample's feed grown to a batch size a compiled backend allows (its last row
+    repeated), as the batcher pads a batch."""
+    if not sample.rows or not allowed or sample.rows in allowed:
+        return sample.feed
+    try:
+        rows = padded_size(sample.rows, allowed)
+    except BatchShapeError:  # more rows than any allowed size: the backend says why
+        return sample.feed
+    return {k: np.concatenate([v, v[-1:].repeat(rows - sample.rows, axis=0)])
+            for k, v in sample.feed.items()}  # fmt: skip
+
+
 def _requests(sample: Sample, outputs: list[str]) -> list[tuple]:
     """As Triton sends a sample to a per-request backend: one request of one row each
     (workers/protocol.py's request tuples)."""
@@ -208,18 +249,19 @@ def _requests(sample: Sample, outputs: list[str]) -> list[tuple]:
 
 
 def warm_worker(
-    model: str, samples: list[Sample], outputs: list[str], per_request: bool, worker: Any
-) -> None:
+    model: str, samples: list[Sample], outputs: list[str], per_request: bool, worker: Any,
+    allowed: tuple[int, ...] | None,
+) -> None:  # fmt: skip
     """The samples on a restarted instance's new worker process (workers.client's), before
     it serves (blocking: the restart's thread runs it); raises Unavailable on a failure."""
+    deadline = time.monotonic() + SAMPLES_TIMEOUT_S  # for them all, as at the load
     for sample in samples:
         where = f"model '{model}': warm-up sample '{sample.name}' failed on a new worker"
+        feed = sample.feed if per_request else _padded(sample, allowed)
         for _ in range(sample.runs):
-            worker.send_run(
-                sample.feed, outputs, _requests(sample, outputs) if per_request else None
-            )
+            worker.send_run(feed, outputs, _requests(sample, outputs) if per_request else None)
             try:
-                reply = worker.reply_within(SAMPLES_TIMEOUT_S)
+                reply = worker.reply_within(max(deadline - time.monotonic(), 0.0))
             except Exception as exc:  # the worker's error, or its end
                 raise Unavailable(f"{where}: {exc}") from None
             if reply is None:

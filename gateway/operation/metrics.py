@@ -60,19 +60,18 @@ _COUNTERS = (
         "Cumulative compute output duration in microseconds",
         "compute_output_us",
     ),
-    ("nv_cache_num_hits_per_model", "Requests answered from the response cache", "cache_hits"),
-    ("nv_cache_num_misses_per_model", "Response cache lookups that missed", "cache_misses"),
-    (
-        "nv_cache_hit_duration_per_model",
-        "Cumulative time of cache hits (lookup and answer), in microseconds",
-        "cache_hit_us",
-    ),
-    (
-        "nv_cache_miss_duration_per_model",
-        "Cumulative time of cache misses (lookup and insert), in microseconds",
-        "cache_miss_us",
-    ),
 )
+# Of a model that answers from the response cache: (name, help, statistics field, scale).
+_CACHE_COUNTERS = (
+    ("nv_cache_num_hits_per_model", "Requests answered from the response cache",
+     "cache_hit", "count"),
+    ("nv_cache_num_misses_per_model", "Response cache lookups that missed",
+     "cache_miss", "count"),
+    ("nv_cache_hit_duration_per_model",
+     "Cumulative time of cache hits (lookup and answer), in microseconds", "cache_hit", "us"),
+    ("nv_cache_miss_duration_per_model",
+     "Cumulative time of cache misses (lookup and insert), in microseconds", "cache_miss", "us"),
+)  # fmt: skip
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
@@ -187,10 +186,6 @@ def counter_families(models: list[Any]) -> list[str]:
                 "compute_input_us": stats.compute_input.ns // 1000,
                 "compute_infer_us": stats.compute_infer.ns // 1000,
                 "compute_output_us": stats.compute_output.ns // 1000,
-                "cache_hits": stats.cache_hit.count,
-                "cache_misses": stats.cache_miss.count,
-                "cache_hit_us": stats.cache_hit.ns // 1000,
-                "cache_miss_us": stats.cache_miss.ns // 1000,
             }
             samples.append(({"model": model.name, "version": str(model.version)}, values[key]))
         families.append(family(name, documentation, "counter", samples))
@@ -217,6 +212,14 @@ def counter_families(models: list[Any]) -> list[str]:
             pending,
         )
     )
+    cached = [m for m in models if getattr(m, "cache", None) is not None]
+    for name, documentation, field, unit in _CACHE_COUNTERS if cached else ():
+        samples = []
+        for model in cached:
+            duration = getattr(model.stats, field)
+            value = duration.count if unit == "count" else duration.ns // 1000
+            samples.append(({"model": model.name, "version": str(model.version)}, value))
+        families.append(family(name, documentation, "counter", samples))
     families.append(_batch_size_histogram(models))
     families.append(
         render_histogram(
@@ -245,7 +248,7 @@ def render(
     families += memory_families(repository.memory, models, family, _labels)
     families += routing_families(models, family, _labels)
     families += _gpu_families(read_gpus())
-    families += _cache_families(repository.response_cache)
+    families += _cache_families(getattr(repository, "response_cache", None))
     families += torchserve_families(counted, family)
     if fronts is not None:
         families += _front_families(fronts)

@@ -10,6 +10,7 @@ from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.ensemble.model import EnsembleModel, Resolve
 from gateway.core.ensemble.plan import check_members, plan_steps
+from gateway.core.routing.config import is_router
 
 # (ensemble name, member name, version) -> the member's ready model, loaded if need be.
 LoadMember = Callable[[str, str, str], Awaitable[Any]]
@@ -25,13 +26,22 @@ async def load_ensemble(
     steps = plan_steps(config)  # a bad section fails before any load
     members = [await load_member(config.name, step.model, step.version) for step in steps]
     datatypes = check_members(config, steps, [member.config for member in members])
-    if config.response_cache.enable:  # its answer is its members': cacheable if theirs are
-        for member in members:
-            stateful = member.config.HasField("sequence_batching")
-            if getattr(member, "decoupled", False) or stateful:
-                raise InvalidArgument(
-                    f"ensemble '{config.name}': response_cache cannot be enabled: its member "
-                    f"'{member.name}' answers by more than the request (decoupled or a "
-                    "sequence model); remove it"
-                )
-    return EnsembleModel(config, version, steps, datatypes, resolve, lookup)
+    ensemble = EnsembleModel(config, version, steps, datatypes, resolve, lookup)
+    stateful = [member.name for member in members if not answers_by_request(member)]
+    ensemble.answers_by_request = not stateful
+    if config.response_cache.enable and stateful:
+        raise InvalidArgument(
+            f"ensemble '{config.name}': response_cache cannot be enabled: its member "
+            f"'{stateful[0]}' answers by more than the request (a decoupled or sequence "
+            "model, or a router drawing variants); remove it"
+        )
+    return ensemble
+
+
+def answers_by_request(member: Any) -> bool:
+    """Whether a member's answer is its request's alone (an ensemble's: all of its own)."""
+    if isinstance(member, EnsembleModel):
+        return member.answers_by_request
+    if is_router(member.config) or getattr(member, "decoupled", False):
+        return False
+    return not member.config.HasField("sequence_batching")

@@ -15,7 +15,7 @@ from accel_base.proto import model_config_pb2 as mc
 from gateway.core.ensemble.plan import Step
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.model import model_metadata
-from gateway.core.response_cache import ResponseCache, answer_cached
+from gateway.core.response_cache import ResponseCache, answer_cached, next_generation
 from gateway.core.statistics import ModelStatistics
 from gateway.core.validation import RequestRules, check_request
 
@@ -52,6 +52,10 @@ class EnsembleModel:
         self._datatypes = datatypes
         self._pending = 0
         self.cache: ResponseCache | None = None  # set by the repository (response_cache)
+        self.generation = next_generation()  # this load's, in cache keys
+        # Whether its answer is its request's alone (no member keeps state or draws a
+        # variant): set by load_ensemble; only then may it cache.
+        self.answers_by_request = True
 
     @property
     def pending(self) -> int:
@@ -75,9 +79,22 @@ class EnsembleModel:
         """The answer to `request`: from the response cache where the config enables it
         (the ensemble's own, before any member runs), else by running its steps."""
         if self.cache is not None:
-            batching = self.config.max_batch_size > 0
-            return answer_cached(self.cache, self.stats, batching, request, self._infer)
+            self.last_used = time.monotonic()  # a hit is use too (on-demand eviction)
+            return answer_cached(self.cache, self.stats, self.generations(), request, self._infer)
         return self._infer(request)
+
+    def generations(self) -> tuple:
+        """This load's number and its members' as they are now: a member reloaded makes
+        keys of its own, so no answer of its last load is served."""
+        found: list[Any] = [self.generation]
+        for step in self.steps:
+            try:
+                member = self.lookup(step.model, step.version) if self.lookup else None
+            except GatewayError:  # not ready: the run says so
+                member = None
+            inner = member.generations() if isinstance(member, EnsembleModel) else None
+            found.append(inner or getattr(member, "generation", 0))
+        return tuple(found)
 
     async def _infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter_ns()
@@ -175,5 +192,5 @@ class EnsembleModel:
         return model_metadata(self.config, versions)
 
     async def close(self) -> None:
-        if self.cache is not None:  # a reload under the same version may answer otherwise
-            self.cache.drop_model(self.name, str(self.version))
+        if self.cache is not None:  # its answers' room (a reload's keys differ anyway)
+            self.cache.drop_where(lambda key: key[2][0] == self.generation)

@@ -84,7 +84,7 @@ class ProcessInstance:
         self._kill_reason: str | None = None
         # Run on each new worker after a crash, before it serves: the model's warm-up
         # samples (gateway/core/warmup.py's warm_worker), where it has any.
-        self.rewarm: Callable[[WorkerProcess], None] | None = None
+        self.rewarm: Callable[[WorkerProcess, tuple[int, ...] | None], None] | None = None
 
     # ---- running a batch -------------------------------------------------------------
 
@@ -283,7 +283,7 @@ class ProcessInstance:
         self.worker, self.loaded = self._spawn_unless_closed(self.rewarm)
 
     def _spawn_unless_closed(
-        self, warm: Callable[[WorkerProcess], None] | None = None
+        self, warm: Callable[[WorkerProcess, tuple[int, ...] | None], None] | None = None
     ) -> tuple[WorkerProcess, LoadedModel]:
         # Runs on a thread that goes on even if the restart is cancelled by an unload:
         # close() kills a worker that is still loading, and one that finished loading
@@ -297,7 +297,7 @@ class ProcessInstance:
             worker, loaded = self._spawn(started)
             if warm is not None:  # while close() can still find it as the one starting
                 try:
-                    warm(worker)
+                    warm(worker, loaded.allowed_batch_sizes)
                 except BaseException:
                     worker.kill()
                     worker.close()
