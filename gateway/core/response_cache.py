@@ -17,7 +17,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,11 +58,10 @@ def cache_size(values: list[str]) -> int | None:
     return size
 
 
-@dataclass(slots=True)
-class _Entry:
-    outputs: list[Tensor]
-    parameters: dict[str, Any]
-    nbytes: int
+# An answer kept: ((name, datatype, read-only array) of each output, the response's
+# parameters as items, bytes booked). Plain tuples of numbers, text and arrays: the
+# garbage collector stops tracking them, so a full cache costs its collections nothing.
+_Entry = tuple[tuple[tuple[str, str, np.ndarray], ...], tuple[tuple[str, Any], ...], int]
 
 
 class ResponseCache:
@@ -87,8 +85,8 @@ class ResponseCache:
         self._entries.move_to_end(key)
         # Tensors of its own: a front may replace a tensor's data (a reshape), never the
         # cache's (whose arrays nobody can write).
-        outputs = [Tensor(t.name, t.datatype, t.data, {}) for t in entry.outputs]
-        return InferResponse(key[0], key[1], request.id, dict(entry.parameters), outputs)
+        outputs = [Tensor(name, datatype, data, {}) for name, datatype, data in entry[0]]
+        return InferResponse(key[0], key[1], request.id, dict(entry[1]), outputs)
 
     def insert(self, key: tuple, key_bytes: int, response: InferResponse) -> None:
         """Keep `response` for `key`, making room by evicting the least recently used; an
@@ -96,12 +94,12 @@ class ResponseCache:
         nbytes = key_bytes + ENTRY_OVERHEAD + sum(_nbytes(t.data) for t in response.outputs)
         if nbytes > self.size_bytes or key in self._entries:
             return
-        outputs = [Tensor(t.name, t.datatype, _frozen(t.data), {}) for t in response.outputs]
+        outputs = tuple((t.name, t.datatype, _frozen(t.data)) for t in response.outputs)
         while self.used_bytes + nbytes > self.size_bytes:
             _, evicted = self._entries.popitem(last=False)
-            self.used_bytes -= evicted.nbytes
+            self.used_bytes -= evicted[2]
             self.evictions += 1
-        self._entries[key] = _Entry(outputs, dict(response.parameters), nbytes)
+        self._entries[key] = (outputs, tuple(response.parameters.items()), nbytes)
         self.used_bytes += nbytes
         self.insertions += 1
 
@@ -111,7 +109,7 @@ class ResponseCache:
 
     def drop_where(self, unloaded: Callable[[tuple], bool]) -> None:
         for key in [k for k in self._entries if unloaded(k)]:
-            self.used_bytes -= self._entries.pop(key).nbytes
+            self.used_bytes -= self._entries.pop(key)[2]
 
 
 def next_generation() -> int:
@@ -135,13 +133,20 @@ def request_key(
         raw = serialize_bytes(data) if data.dtype.hasobject else data.tobytes()
         size += len(raw)
         parts.append((tensor.name, tensor.datatype, data.shape, raw))
-    parts.append(tuple((o.name, _kept(o.parameters)) for o in request.outputs))
+    outputs = request.outputs
+    parts.append(tuple([(o.name, _kept(o.parameters)) for o in outputs]) if outputs else ())
     parts.append(_kept(request.parameters))
     return tuple(parts), size
 
 
 def _kept(parameters: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in parameters.items() if k not in TRANSPORT))
+    if not parameters:
+        return ()
+    kept = [(k, repr(v)) for k, v in parameters.items() if k not in TRANSPORT]
+    if not kept:  # the common case: binary_data and the like only
+        return ()
+    kept.sort()
+    return tuple(kept)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
