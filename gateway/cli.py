@@ -22,6 +22,8 @@ from gateway.core.placement import options as memory_options
 from gateway.core.repository import CONTROL_MODES
 from gateway.core.response_cache import cache_size
 from gateway.core.scheduling.admission import EXEMPT_PER_INSTANCE
+from gateway.core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from gateway.core.scheduling.rate_limiter import parse_resource
 from gateway.operation import health_command
 from gateway.operation.drain import DEFAULT_DRAIN_SECONDS
 from gateway.operation.limits import ConnectionLimits
@@ -107,6 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
         "and requests are refused only while the backlog is measured to grow (arrivals "
         "outrunning service), past the wait it had before it grew. Request deadlines "
         "and --max-queue-size apply either way",
+    )
+    serve.add_argument(
+        "--rate-limit",
+        choices=RATE_LIMIT_MODES,
+        default="off",
+        help="execution_count: an instance runs only while the resources its group's "
+        "rate_limiter names are free (Triton's flag; default %(default)s)",
+    )
+    serve.add_argument(
+        "--rate-limit-resource",
+        type=rate_limit_resource,
+        action="append",
+        default=[],
+        metavar="NAME:COUNT[:DEVICE]",
+        help="units of a rate-limit resource, on GPU DEVICE or on every device (default: "
+        "the most any loaded instance needs); repeatable",
     )
     serve.add_argument(
         "--cache-config",
@@ -344,6 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     return run_gateway(_options(args, repository, tls, tracing))
 
 
+def rate_limit_resource(value: str) -> tuple[str, int, int | None]:
+    """One --rate-limit-resource value, checked as it is read."""
+    try:
+        return parse_resource(value)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def cache_config(value: str) -> str:
     """One --cache-config value, checked as it is read."""
     try:
@@ -390,6 +416,8 @@ def _options(
         server_name=args.server_name,
         allow_shared_memory=args.allow_shared_memory,
         cache_bytes=cache_size(args.cache_config),
+        rate_limit=args.rate_limit,
+        rate_limit_resources=args.rate_limit_resource,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,
         torchserve=_torchserve_options(args),
         tfserving=TfServingOptions.for_repository(args.tfserving_port, args.tfserving_rest_port),

@@ -19,6 +19,7 @@ from gateway.core.mounts import Mount
 from gateway.core.placement.options import MemoryOptions
 from gateway.core.repository import ModelRepository
 from gateway.core.response_cache import ResponseCache
+from gateway.core.scheduling.rate_limiter import RateLimiter
 from gateway.core.service import InferenceCore
 from gateway.front_processes.supervisor import FrontSupervisor
 from gateway.listeners import Listeners, check_ports_free, listen, uvicorn_server
@@ -69,6 +70,9 @@ class ServerOptions:
     server_name: str = SERVER_NAME  # what server metadata reports (--server-name)
     # The response cache's bytes (--cache-config local,size=N); None: no cache.
     cache_bytes: int | None = None
+    # Triton's rate limiter: "off" or "execution_count", and --rate-limit-resource's.
+    rate_limit: str = "off"
+    rate_limit_resources: list[tuple[str, int, int | None]] = field(default_factory=list)
     # Lets clients register /dev/shm regions (system shared memory); off unless asked for.
     allow_shared_memory: bool = False
     # SageMaker's container contract (GET /ping, POST /invocations) on this port; None: off.
@@ -162,6 +166,8 @@ class Gateway:
         )
         if options.cache_bytes is not None:
             self.repository.response_cache = ResponseCache(options.cache_bytes)
+        if options.rate_limit == "execution_count":
+            self.repository.rate_limiter = RateLimiter(options.rate_limit_resources)
         self.core.log_settings = options.log
         self.core.access_log = options.access_log
         self.core.tracing = options.tracing

@@ -48,6 +48,8 @@ def copyable(model: object) -> bool:
         return False
     if model.cache is not None:  # one response cache, the host's (not N, each missing once)
         return False
+    if any(i.limit is not None for i in model.pool.instances):  # one rate limiter, the host's
+        return False
     if not isinstance(model.scheduler, DirectScheduler | DynamicBatcher):
         return False  # a SequenceBatcher holds its sequences' state
     if model.scheduler.per_request:  # a Python model: the user's code, in its own process

@@ -59,19 +59,23 @@ class Slot:
     allowed: tuple[Device, ...]
     in_worker: bool
     predicted: int
+    group: int = 0  # its instance_group's index (its rate_limiter: scheduling/rate_limiter.py)
 
 
-def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[tuple[Device, ...]]:
+def instance_devices(
+    config: mc.ModelConfig, can_use_gpus: bool
+) -> list[tuple[int, tuple[Device, ...]]]:
     """The devices each instance may go on, following Triton's instance_group rules, but
     for one: a KIND_GPU group that names no `gpus` places `count` instances in all, each
     on the GPU it fits best (Triton puts `count` on every GPU); `gpus` pins as in Triton.
 
     KIND_AUTO (and no instance_group at all) means the GPUs when there are any and
-    the backend can use them here, else one CPU instance.
+    the backend can use them here, else one CPU instance. Each comes with its group's
+    index.
     """
     groups = list(config.instance_group) or [mc.ModelInstanceGroup()]
-    slots: list[tuple[Device, ...]] = []
-    for group in groups:
+    slots: list[tuple[int, tuple[Device, ...]]] = []
+    for index, group in enumerate(groups):
         count = group.count or 1
         kind = group.kind
         if kind == mc.ModelInstanceGroup.KIND_AUTO:
@@ -87,11 +91,11 @@ def instance_devices(config: mc.ModelConfig, can_use_gpus: bool) -> list[tuple[D
                     "or KIND_AUTO"
                 )
             if pinned:
-                slots += [(Device("gpu", gpu),) for gpu in pinned for _ in range(count)]
+                slots += [(index, (Device("gpu", gpu),)) for gpu in pinned for _ in range(count)]
             else:
-                slots += [tuple(Device("gpu", gpu) for gpu in range(available))] * count
+                slots += [(index, tuple(Device("gpu", gpu) for gpu in range(available)))] * count
         elif kind == mc.ModelInstanceGroup.KIND_CPU:
-            slots += [(Device("cpu"),)] * count
+            slots += [(index, (Device("cpu"),))] * count
         else:
             raise BackendUnavailable(
                 f"model '{config.name}': instance_group kind "
@@ -156,6 +160,7 @@ class ModelVersion:
         self.config = config
         self.samples = samples or []
         self.cache: ResponseCache | None = None  # set by the repository (response_cache)
+        self.places: list[tuple[int, str]] = []  # each instance's group index and device
         self.generation = next_generation()  # this load's, in cache keys
         # The repository's path, taken out of messages that leave the server.
         self._prefixes = repository_prefixes(root) if root is not None else []
@@ -234,12 +239,12 @@ class ModelVersion:
                 f"but the config marks {', '.join(optional)} optional"
             )
         slots = []
-        for allowed in instance_devices(config, gpu_capable(config, platform, gpu_count())):
+        for group, allowed in instance_devices(config, gpu_capable(config, platform, gpu_count())):
             in_worker = execution_mode(config, platform, allowed[0]) == "process"
             size = footprint.predict(
                 config, platform, version_dir(model_dir, version), allowed[0], in_worker
             )
-            slots.append(Slot(allowed, in_worker, size))
+            slots.append(Slot(allowed, in_worker, size, group))
         return LoadPlan(config, platform, model_dir, artifact, version, slots)
 
     @classmethod
@@ -297,10 +302,15 @@ class ModelVersion:
         )  # fmt: skip
         try:
             samples = read_samples(config, plan.model_dir)  # checked against the completed config
-            return cls(
+            model = cls(
                 config, version, instances, max_queue_size, queue_budget_ms, plan.model_dir.parent,
                 samples,
             )  # fmt: skip
+            # Each instance's group and device (its rate_limiter: scheduling/rate_limiter.py).
+            model.places = [
+                (slot.group, str(device)) for slot, device in zip(plan.slots, devices, strict=True)
+            ]
+            return model
         except BaseException:
             for instance in instances:
                 instance.close()
@@ -398,5 +408,8 @@ class ModelVersion:
             instance.detach()
         self.pool.fail_waiters(Unavailable(f"model '{self.name}' was unloaded"))
         await asyncio.to_thread(self.pool.close)
+        for instance in self.pool.instances:  # their resources are no longer needed
+            if instance.limit is not None:
+                instance.limit[0].unregister(instance.limit[1])
         if self.cache is not None:  # its answers' room (a reload's keys differ anyway)
             self.cache.drop(self.generation)

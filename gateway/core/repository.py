@@ -57,6 +57,7 @@ from gateway.core.routing.config import is_router
 from gateway.core.routing.loading import load_router
 from gateway.core.scheduling.admission import queue_budget
 from gateway.core.scheduling.execution import process_only
+from gateway.core.scheduling.rate_limiter import RateLimiter, apply_limits
 from gateway.core.scheduling.spares import SpareWorkers
 from gateway.core.scheduling.window import adaptive_window
 from gateway.core.sealing import (
@@ -117,6 +118,8 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         self.copies: Copies | None = None
         # Set by the server with --cache-config (gateway/core/response_cache.py).
         self.response_cache: ResponseCache | None = None
+        # Set by the server with --rate-limit execution_count (scheduling/rate_limiter.py).
+        self.rate_limiter: RateLimiter | None = None
 
     def set_mounts(self, mounts: dict[str, Mounted | None]) -> None:
         """Mount each directory under its name, or (None) unmount it; loads nothing."""
@@ -305,16 +308,18 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
         model = await self.memory.load(
             name, version, plan.slots, load, self.on_demand.candidates, self.on_demand.evict
         )
-        model.cache = model_cache(config, self.response_cache)
-        if self.copies is not None:
-            try:
+        try:
+            # Its instances may need more rate-limit units than the server declares.
+            apply_limits(model, self.rate_limiter)
+            model.cache = model_cache(config, self.response_cache)
+            if self.copies is not None:  # a copy that fails fails the version everywhere
                 await self.copies.copy(model, model_dir)
-            except BaseException:  # a copy that fails fails the version everywhere
-                try:
-                    await model.close()
-                finally:
-                    self.memory.released(model.footprints)
-                raise
+        except BaseException:
+            try:
+                await model.close()
+            finally:
+                self.memory.released(model.footprints)
+            raise
         return model
 
     def _config(

@@ -27,6 +27,7 @@ import numpy as np
 # usable_cores: the process's affinity capped by its cgroup's CPU quota (re-exported).
 from accel_base.cpu import lower_priority, usable_cores
 from backends.base import Backend
+from gateway.core.scheduling.rate_limiter import Needs, RateLimiter
 
 # Runs shorter than this (moving average) execute on the event loop instead of a thread.
 INLINE_BELOW_NS = 100_000
@@ -67,6 +68,8 @@ class Instance:
         # A thread instance never goes down on its own (see ProcessInstance).
         self.retired = False
         self.down_reason: str | None = None
+        # With Triton's rate limiter on: the server's limiter and what a run takes.
+        self.limit: tuple[RateLimiter, Needs] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -96,7 +99,7 @@ class Instance:
         """Whether the next run happens on the event loop, without suspending: the
         batcher's driver then runs the batch itself (an instance type that says True must
         never await in run())."""
-        if not self._inline_capable:
+        if not self._inline_capable or self.limit is not None:  # a limited run may wait
             return False
         limit = inline_limit_ns(self._single_core)
         return self.recent_run_ns is not None and self.recent_run_ns < limit
@@ -105,6 +108,18 @@ class Instance:
         self, inputs: dict[str, np.ndarray], output_names: list[str]
     ) -> tuple[dict[str, np.ndarray], int]:
         """The backend's outputs and the nanoseconds it took."""
+        if self.limit is not None:  # rate_limiter.py: its resources first
+            limiter, needs = self.limit
+            await limiter.acquire(needs)
+            try:
+                return await self._run(inputs, output_names)
+            finally:
+                limiter.release(needs)
+        return await self._run(inputs, output_names)
+
+    async def _run(
+        self, inputs: dict[str, np.ndarray], output_names: list[str]
+    ) -> tuple[dict[str, np.ndarray], int]:
         if self.runs_inline:
             outputs, run_ns = self._timed_run(inputs, output_names)
         else:

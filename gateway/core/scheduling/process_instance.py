@@ -27,6 +27,7 @@ from accel_base import errors
 from accel_base.batch import Allocator
 from gateway.core.scheduling.execution import WorkerSettings
 from gateway.core.scheduling.instances import inline_limit_ns, moving_average
+from gateway.core.scheduling.rate_limiter import Needs, RateLimiter
 from gateway.core.scheduling.restarts import restarting_error, seconds_left
 from workers.client import LoadedModel, Reply, WorkerError, WorkerGone, WorkerProcess
 
@@ -85,6 +86,8 @@ class ProcessInstance:
         # Run on each new worker after a crash, before it serves: the model's warm-up
         # samples (gateway/core/warmup.py's warm_worker), where it has any.
         self.rewarm: Callable[[WorkerProcess, tuple[int, ...] | None], None] | None = None
+        # With Triton's rate limiter on: the server's limiter and what a run takes.
+        self.limit: tuple[RateLimiter, Needs] | None = None
 
     # ---- running a batch -------------------------------------------------------------
 
@@ -108,6 +111,18 @@ class ProcessInstance:
     ) -> Reply:
         """run(), for a per-request backend given which rows are whose (`requests`, as
         workers/protocol.py has them); its failed requests come back apart."""
+        if self.limit is not None:  # rate_limiter.py: its resources first
+            limiter, needs = self.limit
+            await limiter.acquire(needs)
+            try:
+                return await self._run_requests(inputs, output_names, requests)
+            finally:
+                limiter.release(needs)
+        return await self._run_requests(inputs, output_names, requests)
+
+    async def _run_requests(
+        self, inputs: dict[str, np.ndarray], output_names: list[str], requests: list | None
+    ) -> Reply:
         worker = self.worker
         while worker is None:  # it died while the batcher held it: wait for the new one
             recovery = self.running
