@@ -27,6 +27,7 @@ from accel_base.errors import GatewayError, InvalidArgument, NotFound, Permissio
 from accel_base.proto import model_config_pb2 as mc
 from accel_base.version_dirs import available_versions
 from gateway.core.composites import find_cycle
+from gateway.core.config_fields import check_fields
 from gateway.core.copies import Copies
 from gateway.core.ensemble.loading import load_ensemble
 from gateway.core.ensemble.plan import is_ensemble
@@ -214,6 +215,7 @@ class ModelRepository(Lookups, MemberLoads, Unloading):
             queue_budget(config, self.queue_budget_ms)  # a bad value: 400 before loading
             adaptive_window(config)  # the same
             check_cacheable(config)  # the same
+            check_fields(config)  # a field the gateway cannot honour: refused, named
             mount = self.mounts.get(name)
             if mount is not None and mount.versions is not None:  # its front chose them
                 wanted = [v for v in available_versions(model_dir) if v in mount.versions]
