@@ -12,10 +12,11 @@ import numpy as np
 from accel_base.datatypes import v2_datatype
 from backends.base import Backend, TensorSpec
 
-# (rows, requested output names, parameters, request id, correlation id, stream token) of
-# one request (gateway/core/scheduling/per_request.py); the token is a decoupled
-# request's (gateway/core/decoupled.py), else "".
-RequestInfo = tuple[int, tuple[str, ...], dict[str, Any], str, Any, str]
+# (rows, requested output names, parameters, request id, correlation id, stream token,
+# cancel token) of one request (gateway/core/scheduling/per_request.py); the stream token
+# is a decoupled request's (gateway/core/decoupled.py), else ""; is_cancelled() asks the
+# gateway by the cancel token.
+RequestInfo = tuple[int, tuple[str, ...], dict[str, Any], str, Any, str, str]
 Failure = tuple[int, str, str]  # (request index, gateway error class name, message)
 ALL = -1  # a failure's request index when every request of the batch failed alike
 

@@ -77,18 +77,18 @@ class PythonBackend(PerRequestBackend):
         self, inputs: dict[str, np.ndarray], output_names: list[str], infos: list[RequestInfo]
     ) -> tuple[dict[str, np.ndarray], list[Failure]]:
         requests, offset = [], 0
-        for rows, names, parameters, request_id, correlation_id, *_ in infos:
+        for rows, names, parameters, request_id, correlation_id, *rest in infos:
             tensors = [
                 pb_utils.Tensor(name, array[offset : offset + rows] if self._batched else array)
                 for name, array in inputs.items()
             ]
             offset += rows
-            requests.append(
-                pb_utils.InferenceRequest(
-                    self.config.name, list(names), tensors, request_id, correlation_id,
-                    parameters=parameters,
-                )
+            request = pb_utils.InferenceRequest(
+                self.config.name, list(names), tensors, request_id, correlation_id,
+                parameters=parameters,
             )  # fmt: skip
+            request._token = str(rest[1]) if len(rest) > 1 else ""  # its cancel token
+            requests.append(request)
         if self._decoupled:
             return self._run_decoupled(requests, infos)
         try:

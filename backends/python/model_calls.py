@@ -52,6 +52,21 @@ def call(request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(tensors, parameters=parameters)
 
 
+def cancelled(token: str) -> bool:
+    """Whether the gateway says the request with this token was cancelled (its caller
+    left); False when it cannot be asked."""
+    try:
+        sock = _connection()
+        sock.sendall(call_wire.encode(("cancelled", token)))
+        answer = call_wire.receive_blocking(sock)
+    except (OSError, EOFError, ValueError):
+        broken = _local.__dict__.pop("sock", None)
+        if broken is not None:
+            broken.close()
+        return False
+    return answer[0] == "ok" and bool(answer[1])
+
+
 def send_frame(frame: bytes) -> None:
     """A decoupled model's response (backends/response_socket.py), its failure a
     TritonModelException the model sees."""

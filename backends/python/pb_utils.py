@@ -178,6 +178,7 @@ class InferenceRequest:
             parameters = json.loads(parameters or "{}")
         self._parameters = dict(parameters or {})
         self._sender: Any = None  # a decoupled model's (backends/python/sender.py)
+        self._token = ""  # the gateway's for this request: is_cancelled() asks with it
 
     def get_response_sender(self) -> Any:
         if self._sender is None:
@@ -215,7 +216,13 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the request's caller left (Triton's request cancellation): asked of the
+        gateway, a round trip of its socket each time."""
+        if not self._token:
+            return False
+        from backends.python.model_calls import cancelled  # the worker's socket
+
+        return cancelled(self._token)
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         """Run the request on the named model of this gateway, through its scheduler."""

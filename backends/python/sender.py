@@ -60,4 +60,7 @@ class ResponseSender:
             self._closed = final
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the stream's reader left: the model may stop sending."""
+        from backends.python.model_calls import cancelled  # the worker's socket
+
+        return cancelled(self._token)

@@ -108,7 +108,7 @@ class TorchServeBackend(PerRequestBackend):
         tokens: dict[str, str] = {}  # a request on a stream: its TorchServe id -> token
         taken: set[str] = set()  # ids already in the batch: a repeated one is made unique
         at = 0
-        for index, (rows, _names, parameters, request_id, _sequence, token) in enumerate(infos):
+        for index, (rows, _names, parameters, request_id, _sequence, token, *_) in enumerate(infos):
             try:
                 mine = [_request(bodies[at + row], parameters, request_id, row)
                         for row in range(rows)]  # fmt: skip

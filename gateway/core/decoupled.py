@@ -117,6 +117,10 @@ class ResponseStreams:
         stream = self._streams[token] = Stream()
         return token, stream
 
+    def open(self, token: str) -> bool:
+        """Whether a stream's reader is still there."""
+        return token in self._streams
+
     def close(self, token: str) -> None:
         stream = self._streams.pop(token, None)
         if stream is not None:

@@ -60,6 +60,9 @@ class InferRequest:
     # The client requests this one stands for: a front's bundle of them (its rows in
     # order, gateway/front_processes/bundles.py), counted as that many in statistics.
     count: int = 1
+    # Its caller left while it ran (a gRPC cancel): a Python model's is_cancelled() says
+    # so (scheduling/per_request.py).
+    cancelled: bool = False
 
 
 @dataclass(slots=True)

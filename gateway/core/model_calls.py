@@ -3,6 +3,7 @@ a Unix socket in a private directory, started when the first Python model loads.
 call goes through `InferenceCore.infer`, so the called model's own scheduler batches it.
 
 The wire is accel_base/call_wire.py; the worker's side is backends/python/model_calls.py.
+A model's `is_cancelled()` asks here too ("cancelled", token) -> ("ok", bool).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from accel_base import call_wire
 from accel_base.errors import GatewayError, InvalidArgument
 from gateway.core.decoupled import ResponseStreams, Sent
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
+from gateway.core.scheduling.per_request import cancelled
 
 log = logging.getLogger(__name__)
 SOCKET_NAME = "calls.sock"
@@ -95,7 +97,16 @@ class ModelCalls:
             sent = Sent([], {}, True, error)
         await self.streams.deliver(str(token), sent)
 
+    def cancelled(self, token: str) -> bool:
+        """A Python model's is_cancelled(): a decoupled request's stream ("s...") is
+        closed, or a running request's caller left (scheduling/per_request.py)."""
+        if token.startswith("s"):
+            return not self.streams.open(token)
+        return cancelled(token)
+
     async def _answer(self, message: tuple) -> tuple:
+        if message[0] == "cancelled" and len(message) == 2:  # is_cancelled(), not a call
+            return ("ok", self.cancelled(str(message[1])))
         try:
             request = _request(message)
             response = await self.infer(request)

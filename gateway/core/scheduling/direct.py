@@ -9,6 +9,7 @@ caller went away or whose deadline passed while it waited does not run.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from accel_base.errors import Cancelled, GatewayError, Unavailable
@@ -84,6 +85,9 @@ class DirectScheduler:
             self.admission.observe(infer_ns / 1e9, 1, (id(instance), batch_size))
             return self._answer(request, output_names, outputs, infer_ns, batch_size, start,
                                 queued)  # fmt: skip
+        except asyncio.CancelledError:  # its caller left, waiting or running: Triton's CANCELED
+            self.stats.record_failure(time.perf_counter_ns() - start, "CANCELED")
+            raise
         finally:
             self.pending -= 1
 
@@ -105,7 +109,7 @@ class DirectScheduler:
         """A backend that answers each request on its own: its outputs and run time."""
         info = request_info(request, max(batch_size, 1), output_names)
         parts, infer_ns, failures = await run_requests(
-            instance, feed, output_names, [info], self.rules.model
+            instance, feed, output_names, [info], self.rules.model, [request]
         )
         if failures:
             raise failures[0]

@@ -149,6 +149,8 @@ class DynamicBatcher:
             if self.queue.remove(pending):  # still queued: it never runs
                 elapsed = time.perf_counter_ns() - start
                 self.stats.record_failure(elapsed, "CANCELED", request.count)
+            else:  # running: a Python model may ask is_cancelled() and stop early
+                request.cancelled = True
             raise
         finally:
             self.arrivals.answered(self.clock(), request.count)
@@ -323,8 +325,9 @@ class DynamicBatcher:
             if self.per_request:  # answered request by request (scheduling/per_request.py)
                 infos = [request_info(p.context.request, p.rows, p.output_names) for p in requests]
                 parts, infer_ns, failures = await run_requests(
-                    instance, merged, output_names, infos, self.rules.model
-                )
+                    instance, merged, output_names, infos, self.rules.model,
+                    [p.context.request for p in requests],
+                )  # fmt: skip
             else:
                 outputs, infer_ns = await instance.run(merged, output_names)
             # The backend's time, not the loop's.

@@ -27,7 +27,7 @@ import numpy as np
 # usable_cores: the process's affinity capped by its cgroup's CPU quota (re-exported).
 from accel_base.cpu import lower_priority, usable_cores
 from backends.base import Backend
-from gateway.core.scheduling.rate_limiter import Needs, RateLimiter
+from gateway.core.scheduling.rate_limiter import Needs, RateLimiter, run_limited
 
 # Runs shorter than this (moving average) execute on the event loop instead of a thread.
 INLINE_BELOW_NS = 100_000
@@ -109,12 +109,7 @@ class Instance:
     ) -> tuple[dict[str, np.ndarray], int]:
         """The backend's outputs and the nanoseconds it took."""
         if self.limit is not None:  # rate_limiter.py: its resources first
-            limiter, needs = self.limit
-            await limiter.acquire(needs)
-            try:
-                return await self._run(inputs, output_names)
-            finally:
-                limiter.release(needs)
+            return await run_limited(self, lambda: self._run(inputs, output_names))
         return await self._run(inputs, output_names)
 
     async def _run(

@@ -5,6 +5,9 @@ worker is told whose rows are whose, and answers each request on its own, under 
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import itertools
 from typing import Any
 
 import numpy as np
@@ -14,6 +17,10 @@ from gateway.core.inference import InferRequest
 
 Failures = dict[int, errors.GatewayError]
 ALL = -1  # backends.per_request.ALL: the index of a failure of the whole batch
+# Requests in a running per-request batch by their token, for a model's is_cancelled()
+# (asked over the model-call socket, gateway/core/model_calls.py).
+RUNNING: dict[str, InferRequest] = {}
+_tokens = itertools.count(1)
 
 
 def request_info(request: InferRequest, rows: int, output_names: list[str]) -> tuple:
@@ -24,6 +31,8 @@ def request_info(request: InferRequest, rows: int, output_names: list[str]) -> t
     if request.stream is not None:
         token, asked = request.stream
         output_names = asked
+    # What is_cancelled() asks by: the stream's token ("s..."), else one of its own.
+    cancel = token or f"r{next(_tokens)}"
     return (
         rows,
         tuple(output_names),
@@ -31,6 +40,7 @@ def request_info(request: InferRequest, rows: int, output_names: list[str]) -> t
         request.id,
         parameters.get("sequence_id", 0),
         token,
+        cancel,
     )
 
 
@@ -40,9 +50,25 @@ async def run_requests(
     output_names: list[str],
     infos: list[tuple],
     model: str,
+    requests: list[InferRequest] | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], int, Failures]:
-    """Each request's outputs, the run's ns, and the failed requests' errors by index."""
-    outputs, run_ns, failed = await instance.run_requests(merged, output_names, infos)
+    """Each request's outputs, the run's ns, and the failed requests' errors by index.
+    `requests` (each info's): whether each is cancelled can be asked while it runs."""
+    tokens = [info[6] for info in infos] if requests else []
+    for token, request in zip(tokens, requests or (), strict=True):
+        RUNNING[token] = request
+    try:
+        outputs, run_ns, failed = await instance.run_requests(merged, output_names, infos)
+    except asyncio.CancelledError:  # its caller left (a run alone): the worker goes on
+        for request in requests or ():
+            request.cancelled = True
+        running = instance.running  # is_cancelled() is asked until the run ends
+        if running is not None and not running.done():
+            running.add_done_callback(functools.partial(_forget, tokens))
+            tokens = []
+        raise
+    finally:
+        _forget(tokens)
     parts: list[dict[str, np.ndarray]] = [{} for _ in infos]
     for key, array in outputs.items():
         index, _, name = key.partition(":")
@@ -55,6 +81,20 @@ async def run_requests(
             break
         failures[index] = error
     return parts, run_ns, failures
+
+
+def _forget(tokens: list[str], _: object = None) -> None:
+    for token in tokens:
+        RUNNING.pop(token, None)
+
+
+def cancelled(token: str) -> bool:
+    """Whether the request of a running batch with this token was cancelled: its caller
+    left (a gRPC cancel) or its HTTP client disconnected."""
+    request = RUNNING.get(token)
+    if request is None:
+        return False
+    return request.cancelled or (request.client_gone is not None and request.client_gone())
 
 
 def failure_error(model: str, kind: str, message: str) -> errors.GatewayError:

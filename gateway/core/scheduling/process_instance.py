@@ -27,7 +27,7 @@ from accel_base import errors
 from accel_base.batch import Allocator
 from gateway.core.scheduling.execution import WorkerSettings
 from gateway.core.scheduling.instances import inline_limit_ns, moving_average
-from gateway.core.scheduling.rate_limiter import Needs, RateLimiter
+from gateway.core.scheduling.rate_limiter import Needs, RateLimiter, run_limited
 from gateway.core.scheduling.restarts import restarting_error, seconds_left
 from workers.client import LoadedModel, Reply, WorkerError, WorkerGone, WorkerProcess
 
@@ -112,12 +112,9 @@ class ProcessInstance:
         """run(), for a per-request backend given which rows are whose (`requests`, as
         workers/protocol.py has them); its failed requests come back apart."""
         if self.limit is not None:  # rate_limiter.py: its resources first
-            limiter, needs = self.limit
-            await limiter.acquire(needs)
-            try:
-                return await self._run_requests(inputs, output_names, requests)
-            finally:
-                limiter.release(needs)
+            return await run_limited(
+                self, lambda: self._run_requests(inputs, output_names, requests)
+            )
         return await self._run_requests(inputs, output_names, requests)
 
     async def _run_requests(

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from accel_base.errors import InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
@@ -26,6 +27,7 @@ from accel_base.proto import model_config_pb2 as mc
 MODES = ("off", "execution_count")
 GLOBAL = "global"
 MAX_WAIT_S = 300.0  # a run that waits longer for its units fails with 503
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -75,8 +77,11 @@ def needs_of(config: mc.ModelConfig, group: mc.ModelInstanceGroup, device: str) 
 
 
 class RateLimiter:
-    def __init__(self, declared: list[tuple[str, int, int | None]] = ()) -> None:
+    def __init__(
+        self, declared: list[tuple[str, int, int | None]] = (), max_wait_s: float = MAX_WAIT_S
+    ) -> None:
         self._declared = declared
+        self.max_wait_s = max_wait_s
         self._needs: list[Needs] = []  # every loaded instance's
         self.units: dict[tuple[str, str], int] = {}  # each resource's units
         self.taken: dict[tuple[str, str], int] = {}
@@ -87,7 +92,8 @@ class RateLimiter:
         name, device = key
         found = None
         for declared, count, on in self._declared:
-            if declared == name and (on is None or device == f"gpu:{on}"):
+            # A device's count is its own; a global resource's, whatever device it names.
+            if declared == name and (on is None or device in (f"gpu:{on}", GLOBAL)):
                 found = count if on is not None or found is None else found
         return found
 
@@ -139,20 +145,19 @@ class RateLimiter:
         self._waiters.sort()
         self._wake()  # it may rank before those waiting, and fit
         try:
-            async with asyncio.timeout(MAX_WAIT_S):
+            async with asyncio.timeout(self.max_wait_s):
                 await waiter.granted
-        except TimeoutError:
-            self._waiters.remove(waiter)
-            wanted = ", ".join(f"'{name}' ({device})" for (name, device), _ in needs.units)
-            raise Unavailable(
-                f"model '{needs.model}': its run waited {MAX_WAIT_S:g} s for rate-limit "
-                f"resources {wanted} in vain; retry later"
-            ) from None
-        except BaseException:
+        except BaseException as exc:  # cancelled, or out of time: nothing kept
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
             elif waiter.granted.done() and not waiter.granted.cancelled():
-                self.release(needs)  # granted as its caller left: not kept
+                self.release(needs)  # granted in the same turn as it left
+            if isinstance(exc, TimeoutError):
+                wanted = ", ".join(f"'{name}' ({device})" for (name, device), _ in needs.units)
+                raise Unavailable(
+                    f"model '{needs.model}': its run waited {self.max_wait_s:g} s for "
+                    f"rate-limit resources {wanted} in vain; retry later"
+                ) from None
             raise
 
     def release(self, needs: Needs) -> None:
@@ -163,6 +168,9 @@ class RateLimiter:
     def _wake(self) -> None:
         held_back: set[tuple[str, str]] = set()  # wanted by an earlier waiter that waits on
         for waiter in list(self._waiters):
+            if waiter.granted.done():  # its caller left, and has not run again to say so
+                self._waiters.remove(waiter)
+                continue
             keys = {key for key, _ in waiter.needs.units}
             if keys & held_back:
                 continue
@@ -172,6 +180,28 @@ class RateLimiter:
                 waiter.granted.set_result(None)
             else:
                 held_back |= keys
+
+
+async def run_limited(instance: Any, run: Callable[[], Awaitable[T]]) -> T:
+    """`run()` once the instance's units are taken (its `limit`); they are given back when
+    the run ends, which may be after its caller left (a run on a thread or in a worker
+    goes on: `instance.running`)."""
+    limiter, needs = instance.limit
+    await limiter.acquire(needs)
+    try:
+        result = await run()
+    except asyncio.CancelledError:
+        running = instance.running
+        if running is not None and not running.done():
+            running.add_done_callback(lambda _: limiter.release(needs))
+        else:
+            limiter.release(needs)
+        raise
+    except BaseException:
+        limiter.release(needs)
+        raise
+    limiter.release(needs)
+    return result
 
 
 def apply_limits(model: Any, limiter: RateLimiter | None) -> None:

@@ -207,7 +207,7 @@ class SequenceBatcher:
             if self.per_request:  # a Python model: each request answered on its own
                 infos = [request_info(q.request, 1, q.output_names + states) for q in requests]
                 parts, infer_ns, failures = await run_requests(
-                    instance, feed, wanted, infos, self.rules.model
+                    instance, feed, wanted, infos, self.rules.model, [q.request for q in requests]
                 )
                 ran = time.perf_counter_ns()
                 self._answer_each(chosen, requests, parts, failures)

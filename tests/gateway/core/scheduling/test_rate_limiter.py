@@ -7,9 +7,15 @@ import asyncio
 import pytest
 from google.protobuf import text_format
 
-from accel_base.errors import InvalidArgument
+from accel_base.errors import InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
-from gateway.core.scheduling.rate_limiter import Needs, RateLimiter, needs_of, parse_resource
+from gateway.core.scheduling.rate_limiter import (
+    Needs,
+    RateLimiter,
+    needs_of,
+    parse_resource,
+    run_limited,
+)
 
 
 def needs(model: str, *units: tuple[str, int], priority: int = 1) -> Needs:
@@ -111,3 +117,78 @@ def test_priority_weighs_turns_and_a_cancelled_waiter_takes_nothing():
     (a, b, slow), taken = asyncio.run(main())
     assert abs(a - b) <= 1 and slow <= 0.6 * a  # priority 2: about half the turns of 1
     assert taken == {("R", "global"): 0}  # the cancelled waiter took nothing
+
+
+def test_a_waiter_cancelled_in_the_turn_its_units_free_takes_none():
+    async def main() -> dict:
+        limiter = RateLimiter()
+        holder, waiting = needs("a", ("R", 1)), needs("b", ("R", 1))
+        limiter.register(holder)
+        limiter.register(waiting)
+        await limiter.acquire(holder)
+        task = asyncio.ensure_future(limiter.acquire(waiting))
+        await asyncio.sleep(0)  # it waits
+        task.cancel()
+        limiter.release(holder)  # in the same turn: the waiter has not run to leave yet
+        await asyncio.gather(task, return_exceptions=True)
+        return dict(limiter.taken)
+
+    assert asyncio.run(main()) == {("R", "global"): 0}
+
+
+def test_a_wait_past_its_bound_is_a_503_and_keeps_nothing():
+    async def main() -> tuple[str, dict]:
+        limiter = RateLimiter(max_wait_s=0.05)
+        holder, waiting = needs("a", ("R", 1)), needs("b", ("R", 1))
+        limiter.register(holder)
+        limiter.register(waiting)
+        await limiter.acquire(holder)
+        try:
+            await limiter.acquire(waiting)
+        except Unavailable as exc:
+            message = exc.message
+        limiter.release(holder)
+        return message, dict(limiter.taken)
+
+    message, taken = asyncio.run(main())
+    assert "model 'b': its run waited 0.05 s for rate-limit resources 'R' (global)" in message
+    assert taken == {("R", "global"): 0}
+
+
+def test_units_go_back_when_the_run_ends_not_when_its_caller_leaves():
+    class Instance:  # what run_limited reads of an instance: its limit and its run
+        def __init__(self, limiter: RateLimiter, n: Needs) -> None:
+            self.limit = (limiter, n)
+            self.running: asyncio.Future | None = None
+
+    async def main() -> tuple[dict, dict]:
+        limiter = RateLimiter()
+        n = needs("a", ("R", 1))
+        limiter.register(n)
+        instance = Instance(limiter, n)
+
+        async def run() -> None:  # a run on a thread or in a worker: shielded from its caller
+            instance.running = asyncio.get_running_loop().create_future()
+            await asyncio.shield(instance.running)
+
+        caller = asyncio.ensure_future(run_limited(instance, run))
+        await asyncio.sleep(0)
+        caller.cancel()
+        await asyncio.gather(caller, return_exceptions=True)
+        while_running = dict(limiter.taken)
+        assert instance.running is not None
+        instance.running.set_result(None)
+        await asyncio.sleep(0)
+        return while_running, dict(limiter.taken)
+
+    while_running, after = asyncio.run(main())
+    assert while_running == {("R", "global"): 1} and after == {("R", "global"): 0}
+
+
+def test_a_declared_count_with_a_device_holds_for_a_global_resource():
+    limiter = RateLimiter([("R", 2, 0)])
+    with pytest.raises(InvalidArgument, match="gives it 2"):
+        limiter.register(needs("a", ("R", 3)))
+    per_device = Needs("b", ((("R", "gpu:1"), 3),))
+    limiter.register(per_device)  # another GPU: the most needed there
+    assert limiter.units == {("R", "gpu:1"): 3}
