@@ -274,7 +274,9 @@ def test_a_worker_killed_under_load_fails_only_what_it_held_and_comes_back(tmp_p
         with ThreadPoolExecutor(4) as pool:  # every call answered: none waits out 60 s
             statuses = list(pool.map(call, range(60)))
         assert set(statuses) <= {200, 500, 503}, statuses
-        assert statuses.count(200) >= 20  # the calls before the kill at least
+        # The calls before the kill at least, but for the three other threads' calls that
+        # may still be in flight when it comes (they may fail with the worker they ran on).
+        assert statuses.count(200) >= 20 - 3
         # The worker restarts and the model answers again.
         deadline = time.monotonic() + 120
         while client.post("/predictions/function", content=b"y").status_code != 200:
