@@ -39,7 +39,7 @@ class PerRequestBackend(Backend):
         batched = self.config.max_batch_size > 0
         rows = len(next(iter(inputs.values()))) if batched and inputs else 1
         outputs, failures = self.run_requests(
-            inputs, output_names, [(rows, tuple(output_names), {}, "", 0, "")]
+            inputs, output_names, [(rows, tuple(output_names), {}, "", 0, "", "")]
         )
         if failures:
             raise RuntimeError(failures[0][2])

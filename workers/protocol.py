@@ -12,7 +12,8 @@ Requests, gateway -> worker:
      requests)
         the input arena's descriptor travels with the first run that uses a new arena;
         `requests` is None, or for a per-request backend (backends.python) one
-        (rows, output names, parameters, request id, correlation id) per merged request
+        (rows, output names, parameters, request id, correlation id, stream token,
+        cancel token) per merged request (backends/per_request.py's RequestInfo)
     ("unload",)
 Replies, worker -> gateway:
     ("loaded", inputs, outputs, allowed batch sizes or None, memory bytes, output arena size,

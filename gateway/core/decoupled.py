@@ -107,19 +107,25 @@ class Stream:
         )
 
 
+# Streams whose reader left before their final response, remembered for a model's
+# is_cancelled() (the most recent ones: a model asks while it still sends).
+MAX_CANCELLED = 4096
+
+
 class ResponseStreams:
     def __init__(self) -> None:
         self._streams: dict[str, Stream] = {}
         self._tokens = itertools.count(1)
+        self._cancelled: dict[str, None] = {}  # insertion-ordered: the oldest go first
 
     def open_stream(self) -> tuple[str, Stream]:
         token = f"s{next(self._tokens)}"
         stream = self._streams[token] = Stream()
         return token, stream
 
-    def open(self, token: str) -> bool:
-        """Whether a stream's reader is still there."""
-        return token in self._streams
+    def cancelled(self, token: str) -> bool:
+        """Whether a stream's reader left before its final response."""
+        return token in self._cancelled
 
     def close(self, token: str) -> None:
         stream = self._streams.pop(token, None)
@@ -140,6 +146,11 @@ class ResponseStreams:
         running.add_done_callback(lambda _: stream.wake())
         try:
             yield stream, running
+        except BaseException:  # its reader left (a cancel, a disconnect) before the end
+            self._cancelled[token] = None
+            if len(self._cancelled) > MAX_CANCELLED:
+                del self._cancelled[next(iter(self._cancelled))]
+            raise
         finally:
             self.close(token)
             if not running.done():

@@ -101,7 +101,7 @@ class ModelCalls:
         """A Python model's is_cancelled(): a decoupled request's stream ("s...") is
         closed, or a running request's caller left (scheduling/per_request.py)."""
         if token.startswith("s"):
-            return not self.streams.open(token)
+            return self.streams.cancelled(token)
         return cancelled(token)
 
     async def _answer(self, message: tuple) -> tuple:

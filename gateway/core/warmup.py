@@ -244,7 +244,7 @@ def _padded(sample: Sample, allowed: tuple[int, ...] | None) -> dict[str, np.nda
 def _requests(sample: Sample, outputs: list[str]) -> list[tuple]:
     """As Triton sends a sample to a per-request backend: one request of one row each
     (workers/protocol.py's request tuples)."""
-    return [(1, tuple(outputs), {}, f"warmup-{sample.name}-{i}", 0, "")
+    return [(1, tuple(outputs), {}, f"warmup-{sample.name}-{i}", 0, "", "")
             for i in range(max(sample.rows, 1))]  # fmt: skip
 
 

@@ -63,7 +63,7 @@ async def run_requests(
         for request in requests or ():
             request.cancelled = True
         running = instance.running  # is_cancelled() is asked until the run ends
-        if running is not None and not running.done():
+        if running is not None and not running.done() and not isinstance(running, asyncio.Task):
             running.add_done_callback(functools.partial(_forget, tokens))
             tokens = []
         raise

@@ -191,8 +191,8 @@ async def run_limited(instance: Any, run: Callable[[], Awaitable[T]]) -> T:
     try:
         result = await run()
     except asyncio.CancelledError:
-        running = instance.running
-        if running is not None and not running.done():
+        running = instance.running  # the run handed over (not a restart's recovery task)
+        if running is not None and not running.done() and not isinstance(running, asyncio.Task):
             running.add_done_callback(lambda _: limiter.release(needs))
         else:
             limiter.release(needs)

@@ -98,3 +98,26 @@ def test_a_decoupled_model_that_goes_quiet_is_closed_after_the_idle_timeout():
         assert not streams._streams  # closed
 
     asyncio.run(scenario())
+
+
+def test_a_stream_is_cancelled_only_when_its_reader_leaves_before_the_end():
+    async def scenario() -> tuple[bool, bool, bool]:
+        streams = ResponseStreams()
+
+        async def run(request: InferRequest) -> InferResponse:
+            return InferResponse("m", "1")
+
+        finished = InferRequest("m")
+        with streams.running(finished, [], run) as (_, running):
+            await running  # read to its end
+        left = InferRequest("m")
+        with pytest.raises(asyncio.CancelledError), streams.running(left, [], run):
+            raise asyncio.CancelledError  # the reader's call was cancelled
+        assert finished.stream is not None and left.stream is not None
+        return (
+            streams.cancelled(finished.stream[0]),
+            streams.cancelled(left.stream[0]),
+            streams.cancelled("s999"),
+        )
+
+    assert asyncio.run(scenario()) == (False, True, False)

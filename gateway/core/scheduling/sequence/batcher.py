@@ -116,7 +116,11 @@ class SequenceBatcher:
         self.pending += 1
         self._ensure_drivers()
         self._wake[sequence.instance].set()
-        outputs = await asyncio.shield(queued.future)  # a batch answers it either way
+        try:
+            outputs = await asyncio.shield(queued.future)  # a batch answers it either way
+        except asyncio.CancelledError:  # its caller left: a Python model's is_cancelled()
+            request.cancelled = True
+            raise
         return build_response(
             request, self.stats.version, output_names, self.output_datatypes, outputs
         )
