@@ -5,6 +5,7 @@ client disconnected."""
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 import socket
 import time
@@ -93,3 +94,37 @@ def test_a_cancelled_queued_grpc_call_never_runs(server):
     text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
     reason = 'nv_inference_request_failure{model="py_cancel",version="1",reason="CANCELED"} 2'
     assert reason in text
+
+
+def test_a_decoupled_stream_closed_by_its_client_is_seen_by_the_sender(tmp_path, server_factory):
+    repository = tmp_path / "repository"
+    shutil.copytree(Path(__file__).parent / "python_models" / "py_cancel_stream",
+                    repository / "py_cancel_stream")  # fmt: skip
+    server = server_factory(repository)
+
+    def request(value: int) -> grpcclient.InferInput:
+        tensor = grpcclient.InferInput("INPUT", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+        return tensor
+
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    client.async_stream_infer("py_cancel_stream", [request(1)])
+    result, error = answers.get(timeout=30)  # it streams
+    assert error is None, error
+    client.stop_stream(cancel_requests=True)  # the client closes the stream mid-way
+
+    def seen() -> int:
+        asked: queue.Queue = queue.Queue()
+        other = grpcclient.InferenceServerClient(server.grpc_url)
+        other.start_stream(callback=lambda result, error: asked.put((result, error)))
+        try:
+            other.async_stream_infer("py_cancel_stream", [request(0)])
+            result, error = asked.get(timeout=30)
+            assert error is None, error
+            return int(result.as_numpy("SEEN")[0])
+        finally:
+            other.stop_stream()
+
+    wait_until(lambda: seen() == 1, 8, "the sender to see its stream cancelled")
