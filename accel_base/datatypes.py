@@ -133,8 +133,11 @@ def raw_view(array: np.ndarray, datatype: str) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
-def deserialize_bytes(raw: bytes | memoryview, count: int, where: str) -> np.ndarray:
-    """Parse `count` length-prefixed (uint32 little-endian) elements."""
+def deserialize_bytes(
+    raw: bytes | memoryview, count: int, where: str, rest_allowed: bool = False
+) -> np.ndarray:
+    """Parse `count` length-prefixed (uint32 little-endian) elements; bytes after them are
+    refused unless `rest_allowed`."""
     view = memoryview(raw)
     if count > len(view) // 4:  # each element needs at least its 4-byte length
         raise InvalidArgument(
@@ -158,7 +161,7 @@ def deserialize_bytes(raw: bytes | memoryview, count: int, where: str) -> np.nda
             )
         out[i] = bytes(view[offset : offset + length])
         offset += length
-    if offset != end:
+    if offset != end and not rest_allowed:
         raise InvalidArgument(
             f"{where}: {end - offset} bytes left over after {count} BYTES elements"
         )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from accel_base.cpu import DEFAULT_BACKEND_NICE, MAX_NICE
 from accel_base.errors import InvalidArgument
@@ -20,7 +22,7 @@ from gateway.arguments import (
 )
 from gateway.core.placement import options as memory_options
 from gateway.core.repository import CONTROL_MODES
-from gateway.core.response_cache import cache_size
+from gateway.core.response_cache import cache_setting
 from gateway.core.scheduling.admission import EXEMPT_PER_INSTANCE
 from gateway.core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from gateway.core.scheduling.rate_limiter import parse_resource
@@ -46,6 +48,8 @@ from gateway.tools.compare import command as compare_command
 from gateway.tools.ray import command as ray_command
 from gateway.tools.tfserving import command as tfserving_command
 from gateway.tools.torchserve import command as torchserve_command
+
+T = TypeVar("T")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--rate-limit-resource",
-        type=rate_limit_resource,
+        type=checked(parse_resource),
         action="append",
         default=[],
         metavar="NAME:COUNT[:DEVICE]",
@@ -128,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--cache-config",
-        type=cache_config,
+        type=checked(cache_setting),
         action="append",
         default=[],
         metavar="local,size=BYTES",
@@ -362,21 +366,17 @@ def main(argv: list[str] | None = None) -> int:
     return run_gateway(_options(args, repository, tls, tracing))
 
 
-def rate_limit_resource(value: str) -> tuple[str, int, int | None]:
-    """One --rate-limit-resource value, checked as it is read."""
-    try:
-        return parse_resource(value)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+def checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An option's type from a parser that raises InvalidArgument: the value is read once,
+    as argparse reads it, and a bad one is refused with the parser's message."""
 
+    def read(value: str) -> T:
+        try:
+            return parse(value)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
 
-def cache_config(value: str) -> str:
-    """One --cache-config value, checked as it is read."""
-    try:
-        cache_size([value])
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return value
+    return read
 
 
 def _torchserve_options(args: argparse.Namespace) -> TorchServeOptions | None:
@@ -415,7 +415,7 @@ def _options(
         admin_token=args.admin_token,
         server_name=args.server_name,
         allow_shared_memory=args.allow_shared_memory,
-        cache_bytes=cache_size(args.cache_config),
+        cache_bytes=args.cache_config[-1] if args.cache_config else None,  # the last holds
         rate_limit=args.rate_limit,
         rate_limit_resources=args.rate_limit_resource,
         sagemaker_port=args.sagemaker_port if args.sagemaker else None,

@@ -38,24 +38,20 @@ TRANSPORT = frozenset({
 ENTRY_OVERHEAD = 256  # bytes an entry costs beyond its data: its objects and its slot
 
 
-def cache_size(values: list[str]) -> int | None:
-    """The bytes Triton's `--cache-config local,size=N` (repeatable, one setting each)
-    gives the cache; None without any."""
-    size = None
-    for value in values:
-        name, _, setting = value.partition(",")
-        if name != "local":
-            raise InvalidArgument(
-                f"--cache-config {value!r}: only the 'local' cache is built in "
-                "(--cache-config local,size=BYTES)"
-            )
-        key, _, number = setting.partition("=")
-        if key != "size" or not number.isdigit():
-            raise InvalidArgument(
-                f"--cache-config {value!r}: the local cache takes size=BYTES, nothing else"
-            )
-        size = int(number)
-    return size
+def cache_setting(value: str) -> int:
+    """The bytes one of Triton's `--cache-config local,size=N` gives the cache."""
+    name, _, setting = value.partition(",")
+    if name != "local":
+        raise InvalidArgument(
+            f"--cache-config {value!r}: only the 'local' cache is built in "
+            "(--cache-config local,size=BYTES)"
+        )
+    key, _, number = setting.partition("=")
+    if key != "size" or not number.isdigit():
+        raise InvalidArgument(
+            f"--cache-config {value!r}: the local cache takes size=BYTES, nothing else"
+        )
+    return int(number)
 
 
 # An answer kept: ((name, datatype, read-only array) of each output, the response's

@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from accel_base.batch import BatchShapeError, padded_size
-from accel_base.datatypes import NUMPY_DTYPES, deserialize_bytes, element_count, v2_datatype
+from accel_base.datatypes import (
+    NUMPY_DTYPES,
+    datatype_of,
+    deserialize_bytes,
+    element_count,
+    v2_datatype,
+)
 from accel_base.errors import GatewayError, InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
 from gateway.core.scheduling.per_request import run_requests
@@ -99,19 +105,13 @@ def _sample(config: mc.ModelConfig, model_dir: Path, index: int, sample: Any) ->
         datatype = v2_datatype(given.data_type)
         expected = declared.get(input_name)
         if expected is None:  # a control or state input: its datatype as the server fills it
-            expected = (_datatype_of(filled[input_name]), tuple(given.dims))
+            expected = (datatype_of(filled[input_name]), tuple(given.dims))
         _check_spec(what, datatype, tuple(given.dims), *expected)
         row = _row(what, given, datatype, tuple(given.dims), model_dir, rng)
         feed[input_name] = np.stack([row] * rows) if rows else row
     for array in feed.values():  # the same arrays on every run: none may change them
         array.flags.writeable = False
     return Sample(name, max(sample.count, 1), rows, feed)
-
-
-def _datatype_of(array: np.ndarray) -> str:
-    if array.dtype.hasobject:
-        return "BYTES"
-    return next(name for name, dtype in NUMPY_DTYPES.items() if dtype == array.dtype)
 
 
 def _check_spec(
@@ -167,7 +167,8 @@ def _from_file(what: str, path: Path, datatype: str, dims: tuple[int, ...]) -> n
         ) from None
     count = element_count(dims)
     if datatype == "BYTES":
-        return _strings(what, path.name, raw, count).reshape(dims)
+        # Longer is fine, as for fixed-size types: the row is its first elements.
+        return deserialize_bytes(raw, count, what, rest_allowed=True).reshape(dims)
     dtype = NUMPY_DTYPES[datatype]
     needed = count * dtype.itemsize
     if len(raw) < needed:  # longer is fine, as Triton: the row is its first bytes
@@ -176,20 +177,6 @@ def _from_file(what: str, path: Path, datatype: str, dims: tuple[int, ...]) -> n
             f"TYPE_{datatype} {list(dims)} is {needed}"
         )
     return np.frombuffer(raw[:needed], dtype.newbyteorder("<")).astype(dtype).reshape(dims)
-
-
-def _strings(what: str, name: str, raw: bytes, count: int) -> np.ndarray:
-    """The first `count` length-prefixed elements of a BYTES file."""
-    end = 0
-    for _ in range(count):
-        if end + 4 > len(raw):
-            end = len(raw) + 1  # too short: refused below
-            break
-        end += 4 + int.from_bytes(raw[end : end + 4], "little")
-    if end > len(raw):
-        raise InvalidArgument(f"{what}: input_data_file {name!r} holds fewer than {count} "
-                              "length-prefixed elements")  # fmt: skip
-    return deserialize_bytes(raw[:end], count, what)
 
 
 async def run_samples(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -20,6 +21,14 @@ from models.digits import held_out
 
 CACHED = "\nresponse_cache { enable: true }\n"
 PIPELINE = ("digits_preprocess", "digits_postprocess", "digits_pipeline")
+
+
+def enable_cache(repository: Path, *names: str) -> Path:
+    """The named models of `repository` with response_cache enabled in their configs."""
+    for name in names:
+        config = repository / name / "config.pbtxt"
+        config.write_text(config.read_text() + CACHED)
+    return repository
 
 
 def simple_inputs(mod, offset: int):
@@ -49,9 +58,7 @@ def stats_of(client, protocol: str, model: str) -> tuple[int, int, int, int]:
 
 @pytest.fixture
 def cached_server(repository_copy, server_factory):
-    repository = repository_copy("simple", "identity_int32", "accumulate")
-    config = repository / "simple" / "config.pbtxt"
-    config.write_text(config.read_text() + CACHED)
+    repository = enable_cache(repository_copy("simple", "identity_int32", "accumulate"), "simple")
     return server_factory(repository, "--cache-config", "local,size=1048576")
 
 
@@ -95,9 +102,7 @@ def test_the_cache_shows_in_metrics(cached_server):
 
 
 def test_a_sequence_model_refuses_the_cache_at_load(repository_copy, server_factory):
-    repository = repository_copy("accumulate")
-    config = repository / "accumulate" / "config.pbtxt"
-    config.write_text(config.read_text() + CACHED)
+    repository = enable_cache(repository_copy("accumulate"), "accumulate")
     server = server_factory(
         repository, "--model-control-mode", "explicit", "--cache-config", "local,size=4096"
     )
@@ -107,9 +112,7 @@ def test_a_sequence_model_refuses_the_cache_at_load(repository_copy, server_fact
 
 
 def test_without_a_server_cache_the_model_serves_uncached(repository_copy, server_factory):
-    repository = repository_copy("simple")
-    config = repository / "simple" / "config.pbtxt"
-    config.write_text(config.read_text() + CACHED)
+    repository = enable_cache(repository_copy("simple"), "simple")
     server = server_factory(repository)
     client = httpclient.InferenceServerClient(server.http_url)
     for _ in range(2):
@@ -134,9 +137,7 @@ def test_an_ensemble_answers_from_its_own_cache_before_any_member_runs(
     repository = tmp_path / "repository"
     shutil.copytree(example_repository / digits.NAME, repository / digits.NAME)
     python_models.build(repository, PIPELINE)
-    for name in ("digits_pipeline", digits.NAME):  # the top level and a member
-        config = repository / name / "config.pbtxt"
-        config.write_text(config.read_text() + CACHED)
+    enable_cache(repository, "digits_pipeline", digits.NAME)  # the top level and a member
     server = server_factory(repository, "--cache-config", "local,size=1048576")
     client = httpclient.InferenceServerClient(server.http_url)
     pixels, _ = held_out()
@@ -176,9 +177,7 @@ response_cache { enable: true }
 
 
 def test_a_reloaded_model_never_answers_from_its_last_load(repository_copy, server_factory):
-    repository = repository_copy("simple")
-    config = repository / "simple" / "config.pbtxt"
-    config.write_text(config.read_text() + CACHED)
+    repository = enable_cache(repository_copy("simple"), "simple")
     server = server_factory(
         repository, "--model-control-mode", "explicit", "--load-model", "simple",
         "--cache-config", "local,size=1048576",

@@ -14,11 +14,23 @@ batch answered request by request, per_request.py) and its restart bookkeeping
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from accel_base.batch import Allocator
+
+
+def after_run(instance: ModelInstance, done: Callable[[], None]) -> None:
+    """Call `done` once the instance's run ends: now, or later if its caller left while
+    the run goes on (a thread's or a worker's run, `running`; never a restart's recovery
+    task, which runs no batch of this caller's)."""
+    running = instance.running
+    if running is not None and not running.done() and not isinstance(running, asyncio.Task):
+        running.add_done_callback(lambda _: done())
+    else:
+        done()
 
 
 class ModelInstance(Protocol):

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -104,13 +105,14 @@ class Instance:
         limit = inline_limit_ns(self._single_core)
         return self.recent_run_ns is not None and self.recent_run_ns < limit
 
-    async def run(
+    def run(
         self, inputs: dict[str, np.ndarray], output_names: list[str]
-    ) -> tuple[dict[str, np.ndarray], int]:
-        """The backend's outputs and the nanoseconds it took."""
+    ) -> Coroutine[Any, Any, tuple[dict[str, np.ndarray], int]]:
+        """The backend's outputs and the nanoseconds it took, to be awaited (no coroutine
+        of its own: every run passes here)."""
         if self.limit is not None:  # rate_limiter.py: its resources first
-            return await run_limited(self, lambda: self._run(inputs, output_names))
-        return await self._run(inputs, output_names)
+            return run_limited(self, lambda: self._run(inputs, output_names))
+        return self._run(inputs, output_names)
 
     async def _run(
         self, inputs: dict[str, np.ndarray], output_names: list[str]

@@ -14,6 +14,7 @@ import numpy as np
 
 from accel_base import errors
 from gateway.core.inference import InferRequest
+from gateway.core.scheduling.instance_api import after_run
 
 Failures = dict[int, errors.GatewayError]
 ALL = -1  # backends.per_request.ALL: the index of a failure of the whole batch
@@ -62,10 +63,8 @@ async def run_requests(
     except asyncio.CancelledError:  # its caller left (a run alone): the worker goes on
         for request in requests or ():
             request.cancelled = True
-        running = instance.running  # is_cancelled() is asked until the run ends
-        if running is not None and not running.done() and not isinstance(running, asyncio.Task):
-            running.add_done_callback(functools.partial(_forget, tokens))
-            tokens = []
+        after_run(instance, functools.partial(_forget, tokens))  # asked until it ends
+        tokens = []
         raise
     finally:
         _forget(tokens)
@@ -83,7 +82,7 @@ async def run_requests(
     return parts, run_ns, failures
 
 
-def _forget(tokens: list[str], _: object = None) -> None:
+def _forget(tokens: list[str]) -> None:
     for token in tokens:
         RUNNING.pop(token, None)
 

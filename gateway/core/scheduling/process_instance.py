@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import numpy as np
 
@@ -106,16 +107,15 @@ class ProcessInstance:
         outputs, run_ns, _ = await self.run_requests(inputs, output_names, None)
         return outputs, run_ns
 
-    async def run_requests(
+    def run_requests(
         self, inputs: dict[str, np.ndarray], output_names: list[str], requests: list | None
-    ) -> Reply:
+    ) -> Coroutine[Any, Any, Reply]:
         """run(), for a per-request backend given which rows are whose (`requests`, as
-        workers/protocol.py has them); its failed requests come back apart."""
+        workers/protocol.py has them); its failed requests come back apart. To be
+        awaited (no coroutine of its own: every run passes here)."""
         if self.limit is not None:  # rate_limiter.py: its resources first
-            return await run_limited(
-                self, lambda: self._run_requests(inputs, output_names, requests)
-            )
-        return await self._run_requests(inputs, output_names, requests)
+            return run_limited(self, lambda: self._run_requests(inputs, output_names, requests))
+        return self._run_requests(inputs, output_names, requests)
 
     async def _run_requests(
         self, inputs: dict[str, np.ndarray], output_names: list[str], requests: list | None

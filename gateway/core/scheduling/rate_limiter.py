@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from accel_base.errors import InvalidArgument, Unavailable
 from accel_base.proto import model_config_pb2 as mc
+from gateway.core.scheduling.instance_api import after_run
 
 MODES = ("off", "execution_count")
 GLOBAL = "global"
@@ -191,11 +192,7 @@ async def run_limited(instance: Any, run: Callable[[], Awaitable[T]]) -> T:
     try:
         result = await run()
     except asyncio.CancelledError:
-        running = instance.running  # the run handed over (not a restart's recovery task)
-        if running is not None and not running.done() and not isinstance(running, asyncio.Task):
-            running.add_done_callback(lambda _: limiter.release(needs))
-        else:
-            limiter.release(needs)
+        after_run(instance, lambda: limiter.release(needs))
         raise
     except BaseException:
         limiter.release(needs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,12 +11,13 @@ from google.protobuf import text_format
 
 from accel_base.errors import InvalidArgument
 from accel_base.proto import model_config_pb2 as mc
+from gateway.cli import _options, build_parser
 from gateway.core.inference import InferRequest, InferResponse, RequestedOutput, Tensor
 from gateway.core.response_cache import (
     ENTRY_OVERHEAD,
     ResponseCache,
     answer_cached,
-    cache_size,
+    cache_setting,
     check_cacheable,
     request_key,
 )
@@ -120,12 +122,18 @@ def test_answer_cached_counts_hits_and_misses_in_the_statistics():
 
 
 def test_cache_config_is_tritons_flag():
-    assert cache_size([]) is None
-    assert cache_size(["local,size=1048576"]) == 1048576
+    def cache_bytes(*flags: str) -> int | None:  # as the server's options take them
+        options = _options(build_parser().parse_args(["serve", *flags]), Path("."), None, None)
+        return options.cache_bytes
+
+    assert cache_bytes() is None
+    assert cache_bytes("--cache-config", "local,size=1048576") == 1048576
+    assert cache_bytes("--cache-config", "local,size=1", "--cache-config", "local,size=2") == 2
+    assert cache_setting("local,size=1048576") == 1048576
     with pytest.raises(InvalidArgument, match="only the 'local' cache"):
-        cache_size(["redis,host=x"])
+        cache_setting("redis,host=x")
     with pytest.raises(InvalidArgument, match="takes size=BYTES"):
-        cache_size(["local,size=big"])
+        cache_setting("local,size=big")
 
 
 @pytest.mark.parametrize(
