@@ -7,6 +7,7 @@ as Triton's do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from accel_base.datatypes import check_datatype, check_shape, from_raw, to_raw
@@ -41,9 +42,13 @@ def _parameters(mapping) -> dict[str, Any]:
 
 
 def decode_request(
-    message: pb.ModelInferRequest, shared_memory: InputSource | None = None
+    message: pb.ModelInferRequest,
+    shared_memory: InputSource | None = None,
+    raw: Sequence[bytes | memoryview] | None = None,
 ) -> InferRequest:
-    raw = message.raw_input_contents
+    """`raw`: the raw contents where they were kept out of `message` (raw_fields.py)."""
+    if raw is None:
+        raw = message.raw_input_contents
     inputs = []
     consumed = 0  # raw_input_contents entries used: one per input not in shared memory
     for tensor in message.inputs:
@@ -104,7 +109,8 @@ def _raw_count_error(count: int, message: pb.ModelInferRequest) -> InvalidArgume
     )
 
 
-def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+def response_header(response: InferResponse) -> pb.ModelInferResponse:
+    """The response message without its raw contents."""
     message = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -112,6 +118,12 @@ def encode_response(response: InferResponse) -> pb.ModelInferResponse:
         set_parameter(message.parameters[key], value)
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.data.shape)
+    return message
+
+
+def encode_response(response: InferResponse) -> pb.ModelInferResponse:
+    message = response_header(response)
+    for tensor in response.outputs:
         # An output written to shared memory gets an empty entry, as in Triton, which keeps
         # raw contents aligned with outputs.
         if SHM_REGION in tensor.parameters:

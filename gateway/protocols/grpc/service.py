@@ -24,6 +24,7 @@ from gateway.operation.log_settings import Occasional
 from gateway.operation.shedding import REFUSAL, RETRY_AFTER_S
 from gateway.operation.tracing.tracer import traced
 from gateway.protocols.grpc.codec import decode_request, encode_response, parameter_value
+from gateway.protocols.grpc.raw_fields import response_pieces, split_request
 from gateway.protocols.grpc.streaming import serve_stream
 
 log = logging.getLogger(__name__)
@@ -193,13 +194,15 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request, context)
 
     @_rpc
-    async def _admitted_infer(self, request, context):
-        return await self._infer(request, context)
+    async def _admitted_infer(self, split, context):
+        """ModelInfer on the gateway's own server: raw contents as views both ways."""
+        request, raw = split
+        return await self._infer(request, context, raw, response_pieces)
 
-    async def _infer(self, request, context):
+    async def _infer(self, request, context, raw=None, encode=encode_response):
         tracing = self.core.tracing
         started = time.perf_counter_ns() if tracing.settings.enabled else 0
-        infer_request = decode_request(request, self.core.shared_memory.input_array)
+        infer_request = decode_request(request, self.core.shared_memory.input_array, raw)
         infer_request.header = _Metadata(context)
         REQUEST_ID.set(infer_request.id)  # the lines logged while serving it name it
         remaining = context.time_remaining()  # None without a deadline
@@ -209,8 +212,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             tracing.start(infer_request, "grpc", started, infer_request.header) if started else None
         )
         if trace is None:
-            return encode_response(await self.core.infer(infer_request))
-        return (await traced(trace, self.core.infer(infer_request), encode_response))[1]
+            return encode(await self.core.infer(infer_request))
+        return (await traced(trace, self.core.infer(infer_request), encode))[1]
 
     async def ModelStreamInfer(
         self, request_iterator, context
@@ -298,10 +301,8 @@ def add_services(
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     if refused_early:
         handler = grpc.unary_unary_rpc_method_handler(
-            service._admitted_infer,
-            request_deserializer=pb.ModelInferRequest.FromString,
-            response_serializer=pb.ModelInferResponse.SerializeToString,
-        )
+            service._admitted_infer, request_deserializer=split_request
+        )  # no serializer: the response comes as its wire pieces
         service_name, method = MODEL_INFER[1:].split("/")
         server.add_registered_method_handlers(service_name, {method: handler})
         unavailable = grpc.StatusCode.UNAVAILABLE.value[0]

@@ -8,7 +8,7 @@ import logging
 
 from gateway.operation import heap
 from gateway.protocols.grpc.h2 import frames as f
-from gateway.protocols.grpc.h2.calls import CANCELLED, DEADLINE_EXCEEDED, CallError
+from gateway.protocols.grpc.h2.calls import CANCELLED, DEADLINE_EXCEEDED, CallError, Payload
 from gateway.protocols.grpc.h2.headers import trailers
 from gateway.protocols.grpc.h2.running import run_call
 from gateway.protocols.grpc.h2.stream import Stream
@@ -50,7 +50,7 @@ class CallTable:
         else:
             self.end_call(stream, DEADLINE_EXCEEDED, "Deadline Exceeded")
 
-    def answer(self, stream: Stream, payload: bytes, trailer_block: bytes) -> None:
+    def answer(self, stream: Stream, payload: Payload, trailer_block: bytes) -> None:
         """A unary call's response message and trailers."""
         if stream.id not in self.streams or stream.ended:
             return

@@ -205,12 +205,28 @@ class Messages:
         return data
 
 
-def framed(handler: Any, response: Any) -> bytes:
-    """A response message, serialized (unless the handler gives bytes), with its 5-byte
-    prefix (never compressed)."""
+# A message on its way out: one buffer, or pieces that are sent without being joined
+# (views of a large tensor: raw_fields.py).
+Payload = bytes | list[bytes | memoryview]
+
+
+def framed(handler: Any, response: Any) -> Payload:
+    """A response message, serialized (unless the handler gives it as bytes or as a list
+    of pieces), with its 5-byte prefix (never compressed)."""
     serialize = handler.response_serializer
     message = serialize(response) if serialize is not None else response
+    if isinstance(message, list):
+        if len(message) > 1:
+            prefix = b"\x00" + payload_size(message).to_bytes(4, "big")
+            return [prefix + message[0], *message[1:]]
+        message = message[0]
     return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def payload_size(payload: Payload) -> int:
+    if isinstance(payload, bytes):
+        return len(payload)
+    return sum(len(piece) for piece in payload)  # (byte views: a length is a byte count)
 
 
 def decode(handler: Any, message: bytes) -> Any:

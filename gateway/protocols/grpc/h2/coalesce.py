@@ -16,7 +16,7 @@ from typing import Any
 
 
 class CoalescingTransport:
-    __slots__ = ("_transport", "_loop", "_busy", "_pending", "_scheduled", "_ended")
+    __slots__ = ("_transport", "_loop", "_busy", "_pending", "_scheduled", "_ended", "_views")
 
     def __init__(
         self,
@@ -28,7 +28,8 @@ class CoalescingTransport:
         self._transport = transport
         self._loop = loop
         self._busy = busy
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | memoryview] = []
+        self._views = False  # pending holds a large piece: sent as it is, never joined
         self._scheduled = False
         self._ended = False  # write_eof: nothing more may be written
 
@@ -40,17 +41,38 @@ class CoalescingTransport:
                 self._transport.write(data)
             return
         self._pending.append(data)
+        self._schedule()
+
+    def writelines(self, pieces: list[bytes | memoryview]) -> None:
+        """Send pieces in order without joining them: the socket takes them as they are
+        (a large tensor's bytes are not copied on their way out)."""
+        if self._ended:
+            return
+        if not self._pending and not self._busy():
+            if not self._transport.is_closing():
+                self._transport.writelines(pieces)
+            return
+        self._pending.extend(pieces)
+        self._views = True
+        self._schedule()
+
+    def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self._scheduled = False
-        if self._pending:
-            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
-            self._pending.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        views, self._views = self._views, False
+        if self._transport.is_closing():
+            return
+        if views:
+            self._transport.writelines(pending)
+        else:
+            self._transport.write(b"".join(pending) if len(pending) > 1 else pending[0])
 
     def close(self) -> None:
         self.flush()

@@ -48,8 +48,12 @@ class H2Error(Exception):
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    size = len(payload)
-    return HEADER.pack(size >> 8, size & 0xFF, kind, flags, stream) + payload
+    return frame_head(kind, flags, stream, len(payload)) + payload
+
+
+def frame_head(kind: int, flags: int, stream: int, size: int) -> bytes:
+    """A frame's 9-byte header, for a payload sent as pieces of its own."""
+    return HEADER.pack(size >> 8, size & 0xFF, kind, flags, stream)
 
 
 def settings(values: dict[int, int]) -> bytes:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
+from accel_base.datatypes import VIEW_FROM_BYTES
 from gateway.protocols.grpc.h2 import frames as f
+from gateway.protocols.grpc.h2.calls import Payload, payload_size
 from gateway.protocols.grpc.h2.coalesce import CoalescingTransport
 from gateway.protocols.grpc.h2.headers import RESPONSE_HEADERS
 from gateway.protocols.grpc.h2.stream import Stream
@@ -58,9 +60,9 @@ class Writer:
 
     # ---- a call's response -----------------------------------------------------------
 
-    def answer(self, stream: Stream, payload: bytes, trailers: bytes) -> None:
+    def answer(self, stream: Stream, payload: Payload, trailers: bytes) -> None:
         """A unary call's whole response: in one write when the windows allow."""
-        size = len(payload)
+        size = payload_size(payload)
         if (
             not stream.headers_sent
             and size <= self.window
@@ -72,16 +74,18 @@ class Writer:
             stream.headers_sent = True
             self.earned += 2
             sid = stream.id
-            self.transport.write(
-                f.frame(f.HEADERS, f.END_HEADERS, sid, RESPONSE_HEADERS)
-                + f.frame(f.DATA, 0, sid, payload)
-                + self._trailers(sid, trailers)
+            head = f.frame(f.HEADERS, f.END_HEADERS, sid, RESPONSE_HEADERS) + f.frame_head(
+                f.DATA, 0, sid, size
             )
+            if isinstance(payload, bytes):
+                self.transport.write(head + payload + self._trailers(sid, trailers))
+            else:
+                self.transport.writelines([head, *payload, self._trailers(sid, trailers)])
             return
         self._hold(stream, payload)
         self.finish(stream, trailers)
 
-    async def send(self, stream: Stream, payload: bytes) -> None:
+    async def send(self, stream: Stream, payload: Payload) -> None:
         """One message of a streaming response; returns once it has left (or the stream
         is gone), so a handler cannot run ahead of its client."""
         self._hold(stream, payload)
@@ -132,11 +136,14 @@ class Writer:
         self.earned += 4
         return f.header_frames(stream_id, block, True, self.max_frame)
 
-    def _hold(self, stream: Stream, payload: bytes) -> None:
+    def _hold(self, stream: Stream, payload: Payload) -> None:
         if not stream.headers_sent:
             stream.headers_sent = True
             self.transport.write(f.frame(f.HEADERS, f.END_HEADERS, stream.id, RESPONSE_HEADERS))
-        stream.outbox.append(memoryview(payload))
+        if isinstance(payload, bytes):
+            stream.outbox.append(memoryview(payload))
+        else:
+            stream.outbox.extend(memoryview(piece) for piece in payload)
         self.blocked[stream.id] = stream
         self._flush(stream)
 
@@ -148,23 +155,35 @@ class Writer:
 
     def _flush(self, stream: Stream) -> None:
         outbox = stream.outbox
-        pieces = []
+        pieces: list[bytes | memoryview] = []
+        sent = 0
         while outbox and self.window > 0 and stream.send_window > 0:
-            head = outbox[0]
-            size = min(len(head), self.window, stream.send_window, self.max_frame)
-            pieces.append(f.frame(f.DATA, 0, stream.id, bytes(head[:size])))
+            room = min(self.window, stream.send_window, self.max_frame)
+            head = len(pieces)
+            pieces.append(b"")  # the frame's header, once its size is known
+            size = 0
+            while outbox and size < room:  # a frame may take several held pieces
+                piece = outbox[0]
+                take = min(len(piece), room - size)
+                if take == len(piece):
+                    outbox.popleft()
+                else:
+                    outbox[0] = piece[take:]
+                    piece = piece[:take]
+                pieces.append(piece)
+                size += take
+            pieces[head] = f.frame_head(f.DATA, 0, stream.id, size)
             self.earned += 2
             self.window -= size
             stream.send_window -= size
-            if size == len(head):
-                outbox.popleft()
-            else:
-                outbox[0] = head[size:]
+            sent += size
         if not outbox:
             self.blocked.pop(stream.id, None)
             if stream.trailers is not None:
                 pieces.append(self._trailers(stream.id, stream.trailers))
-        if pieces:
+        if sent >= VIEW_FROM_BYTES:  # large: the socket takes the views as they are
+            self.transport.writelines(pieces)
+        elif pieces:
             self.transport.write(b"".join(pieces))
         if not outbox:
             stream.release()

@@ -26,6 +26,14 @@ async def _digest(request: bytes, context) -> bytes:
     return len(request).to_bytes(4, "big") + hashlib.sha256(request).digest()
 
 
+# A response given as pieces (as ModelInfer's large tensors are): sent unjoined.
+PIECES = [b"head", memoryview(bytes(range(256)) * 1000), b"", b"tail"]
+
+
+async def _pieces(request: bytes, context) -> list:
+    return list(PIECES)
+
+
 def run_raw(client) -> object:
     """Run the blocking `client(port)` in a thread against a fresh server."""
 
@@ -34,7 +42,8 @@ def run_raw(client) -> object:
         server.add_registered_method_handlers(
             "test.Echo",
             {"Call": grpc.unary_unary_rpc_method_handler(_echo),
-             "Digest": grpc.unary_unary_rpc_method_handler(_digest)},
+             "Digest": grpc.unary_unary_rpc_method_handler(_digest),
+             "Pieces": grpc.unary_unary_rpc_method_handler(_pieces)},
         )  # fmt: skip
         port = free_port()
         await server.start(listen("127.0.0.1", port, "gRPC"))
@@ -188,3 +197,59 @@ def test_a_large_padded_data_frame_arriving_read_by_read_is_one_message():
     answers = {s: p[5:] for k, _, s, p in frames if k == f.DATA}
     assert answers[1] == len(message).to_bytes(4, "big") + hashlib.sha256(message).digest()
     assert answers[3] == (2).to_bytes(4, "big") + hashlib.sha256(b"hi").digest()
+
+
+def _pieces_call(port: int, settings: dict[int, int], credit: int) -> list[tuple]:
+    """A Pieces call from a client that announces `settings` and grants the stream
+    `credit` more after each read that brought it DATA (0: none), until its trailers."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(5.0)
+        encoder = hpack.Encoder()
+        path = "/test.Echo/Pieces"
+        sock.sendall(
+            f.PREFACE + f.settings(settings) + f.window_update(0, 1 << 20)
+            + f.frame(f.HEADERS, f.END_HEADERS, 1, _call_headers(encoder, path=path))
+            + f.frame(f.DATA, f.END_STREAM, 1, b"\x00\x00\x00\x00\x00")
+        )  # fmt: skip
+        frames: list[tuple] = []
+        buffer = b""
+        while not any(k == f.HEADERS and flags & f.END_STREAM for k, flags, _, _ in frames):
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the server closed the connection"
+            buffer += chunk
+            data = False
+            while len(buffer) >= 9:
+                high, low, kind, flags, stream = f.HEADER.unpack_from(buffer)
+                size = (high << 8) | low
+                if len(buffer) < 9 + size:
+                    break
+                frames.append((kind, flags, stream, buffer[9 : 9 + size]))
+                buffer = buffer[9 + size :]
+                data = data or kind == f.DATA
+            if credit and data:
+                sock.sendall(f.window_update(1, credit))
+        return frames
+
+
+def _body(frames: list[tuple]) -> bytes:
+    return b"".join(p for k, _, s, p in frames if k == f.DATA and s == 1)
+
+
+def test_a_response_of_pieces_leaves_whole_in_one_frame_when_the_windows_allow_it():
+    settings = {f.INITIAL_WINDOW_SIZE: 1 << 20, f.MAX_FRAME_SIZE: 1 << 20}
+    frames = run_raw(lambda port: _pieces_call(port, settings, credit=0))
+    message = b"".join(PIECES)
+    assert _body(frames) == b"\x00" + len(message).to_bytes(4, "big") + message
+    assert len([1 for k, _, s, _ in frames if k == f.DATA and s == 1]) == 1
+
+
+def test_a_response_of_pieces_held_by_a_small_window_is_cut_into_frames_across_pieces():
+    """30,000-byte credits and 16 KiB frames: frames end inside pieces and span them."""
+    settings = {f.INITIAL_WINDOW_SIZE: 1000}
+    frames = run_raw(lambda port: _pieces_call(port, settings, credit=30_000))
+    message = b"".join(PIECES)
+    assert _body(frames) == b"\x00" + len(message).to_bytes(4, "big") + message
+    sizes = [len(p) for k, _, s, p in frames if k == f.DATA and s == 1]
+    assert sizes[0] == 1000 and max(sizes) <= f.DEFAULT_MAX_FRAME and len(sizes) > 16
+    trailers = hpack.Decoder().decode([p for k, _, _, p in frames if k == f.HEADERS][-1])
+    assert ("grpc-status", "0") in trailers

@@ -1,0 +1,115 @@
+"""ModelInfer's large raw tensors kept out of protobuf on the gateway's own HTTP/2 server.
+
+protobuf copies a `bytes` field when it parses a message and again when it serializes one,
+so a 4 MiB tensor was copied four times between the socket and the model. Here the
+request's `raw_input_contents` (field 7) become views of the message as it came, and the
+response's `raw_output_contents` (field 6, the last field) are written after the rest of
+the message as their own pieces, views of the output arrays, which the writer hands to
+the socket without joining. The wire bytes are what protobuf itself reads and writes:
+fields may come in any order, and a repeated field's elements keep theirs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from accel_base.datatypes import VIEW_FROM_BYTES, raw_view
+from accel_base.proto import grpc_service_pb2 as pb
+from gateway.core.inference import InferResponse
+from gateway.core.shared_memory import REGION as SHM_REGION
+from gateway.protocols.grpc.codec import response_header
+
+RAW_INPUT = 7  # ModelInferRequest.raw_input_contents
+RAW_OUTPUT_KEY = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents, length-delimited
+
+Buffers = list[bytes | memoryview]
+
+
+class SplitRequest(NamedTuple):
+    """A request without its raw contents, and those as views of the message as it came
+    (None: they are in `message`, as protobuf parsed them)."""
+
+    message: pb.ModelInferRequest
+    raw: list[memoryview] | None
+
+    @property
+    def model_name(self) -> str:  # what an error's log line names
+        return self.message.model_name
+
+
+def split_request(message: bytes) -> SplitRequest:
+    """Split unless the message is small, or one this walk does not take apart (protobuf
+    then reads it whole, and names its errors)."""
+    if len(message) < VIEW_FROM_BYTES:
+        return SplitRequest(pb.ModelInferRequest.FromString(message), None)
+    view = memoryview(message)
+    rest: list[memoryview] = []
+    raws: list[memoryview] = []
+    position, end = 0, len(view)
+    while position < end:
+        start = position
+        key, position = _varint(view, position)
+        kind = key & 7
+        if kind == 2:  # length-delimited: the only kind ModelInferRequest's fields have
+            length, position = _varint(view, position)
+            if length < 0 or position + length > end:
+                break
+            if key >> 3 == RAW_INPUT:
+                raws.append(view[position : position + length])
+            else:
+                rest.append(view[start : position + length])
+            position += length
+        elif kind == 0 and key >= 0:
+            _, position = _varint(view, position)
+            rest.append(view[start:position])
+        else:  # fixed-size, group or malformed: protobuf reads it (or says what is wrong)
+            position = -1
+            break
+    if position != end:
+        return SplitRequest(pb.ModelInferRequest.FromString(message), None)
+    return SplitRequest(pb.ModelInferRequest.FromString(b"".join(rest)), raws)
+
+
+def _varint(view: memoryview, position: int) -> tuple[int, int]:
+    """A varint at `position` and where it ends; (-1, end) when cut short or over 10 bytes."""
+    value, shift, end = 0, 0, len(view)
+    while position < end and shift < 70:
+        byte = view[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+    return -1, end + 1
+
+
+def response_pieces(response: InferResponse) -> Buffers:
+    """A ModelInferResponse's wire bytes: the message less its raw contents, then each raw
+    content (empty for an output written to shared memory) as its key, length and bytes.
+    Large outputs stay views of their arrays; a small response is one piece."""
+    message = response_header(response)
+    pieces: Buffers = [message.SerializeToString()]
+    small = bytearray()
+    for tensor in response.outputs:
+        raw = b"" if SHM_REGION in tensor.parameters else raw_view(tensor.data, tensor.datatype)
+        small += RAW_OUTPUT_KEY + _encode_varint(len(raw))
+        if isinstance(raw, memoryview):  # a large tensor: its own piece, never copied here
+            pieces.append(bytes(small))
+            pieces.append(raw)
+            small.clear()
+        else:
+            small += raw
+    if len(pieces) == 1:
+        return [pieces[0] + small]
+    if small:
+        pieces.append(bytes(small))
+    return pieces
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
