@@ -2,10 +2,9 @@
 
 A client creates a POSIX shared-memory object, registers a window of it under a name, then
 names that window in infer requests instead of sending tensor bytes: inputs are read from
-it and outputs written into it, one copy each, with pread/pwrite on the object's file
-descriptor. Not mapped: the client may shrink its object at any time, and touching a
-mapping past the end of its file raises SIGBUS, which would kill the server; a short
-read is a 400 instead. Only plain objects under /dev/shm can be opened, never another file.
+it and outputs written into it, one copy each (shared_memory_window.py: through a mapping
+guarded against the client shrinking its object, which is a 400, never a crash). Only
+plain objects under /dev/shm can be opened, never another file.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import numpy as np
 from accel_base.datatypes import WIRE_DTYPES, deserialize_bytes, element_count, serialize_bytes
 from accel_base.errors import InvalidArgument, PermissionDenied, Unavailable
 from gateway.core.inference import InferResponse, RequestedOutput, Tensor
+from gateway.core.shared_memory_window import Window
 
 SHM_DIR = "/dev/shm"
 # Each region holds a file descriptor: leave most of the process's for connections.
@@ -49,7 +49,7 @@ class Region:
 
     def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
         self.name, self.key, self.offset, self.byte_size = name, key, offset, byte_size
-        self._fd = fd  # owned: closed when the region is released
+        self._window: Window | None = Window(fd, offset, byte_size)  # closed on release
         self.writers = 0  # requests that will still write outputs here
         self.retired = False  # unregistered; closed once nobody uses it
 
@@ -57,33 +57,41 @@ class Region:
         """A copy of `count` elements at `offset` in the window."""
         array = np.empty(count, dtype)
         buffer = array.view(np.uint8)
-        done = 0
-        while done < buffer.size:
-            got = os.preadv(self._fd, [buffer[done:]], self.offset + offset + done)
-            if got == 0:
-                raise InvalidArgument(
-                    f"region {self.name!r}: shared-memory key {self.key!r} ends before "
-                    f"{self.offset + offset + buffer.size} bytes; was it truncated?"
-                )
-            done += got
+        if not self._open().read_into(memoryview(buffer), offset):
+            raise InvalidArgument(
+                f"region {self.name!r}: shared-memory key {self.key!r} ends before "
+                f"{self.offset + offset + buffer.size} bytes; was it truncated?"
+            )
         return array
 
     def write(self, data: np.ndarray, offset: int) -> None:
         """Write the bytes of a contiguous array at `offset` in the window."""
-        buffer = data.reshape(-1).view(np.uint8)
-        done = 0
+        buffer = memoryview(data.reshape(-1).view(np.uint8))
         try:
-            while done < buffer.size:
-                done += os.pwritev(self._fd, [buffer[done:]], self.offset + offset + done)
+            window = self._open()
+            if window.write_from(buffer, offset):
+                return
+            end = self.offset + offset + len(buffer)
+            if window.file_size() >= end:  # a page of tmpfs it could not allocate
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError as exc:  # ENOSPC: /dev/shm is full
             raise Unavailable(f"cannot write into region {self.name!r}: {exc.strerror}") from None
+        raise InvalidArgument(
+            f"region {self.name!r}: shared-memory key {self.key!r} ends before {end} bytes; "
+            "was it truncated?"
+        )
 
     def release(self) -> None:
         """Close now if no request will still write here, else leave it to the last one."""
-        if self.writers or self._fd < 0:
+        if self.writers or self._window is None:
             return
-        os.close(self._fd)
-        self._fd = -1
+        self._window.close()
+        self._window = None
+
+    def _open(self) -> Window:
+        if self._window is None:  # a request that looked it up before it was released
+            raise InvalidArgument(f"system shared memory region {self.name!r} was unregistered")
+        return self._window
 
     def status(self) -> dict[str, Any]:
         keys = ("name", "key", "offset", "byte_size")

@@ -3,6 +3,7 @@ tritonclient.utils.shared_memory helpers, against real gateway processes."""
 
 from __future__ import annotations
 
+import os
 import queue
 import uuid
 
@@ -142,6 +143,40 @@ def test_simple_inputs_and_outputs_in_shared_memory(client, protocol, regions):
     else:
         assert (output.datatype, list(output.shape)) == ("INT32", [1, 16])
         assert result.get_response().raw_output_contents == [b"", b""]
+
+
+def test_a_client_that_truncates_its_regions_gets_400s_and_the_server_goes_on(
+    client, protocol, regions
+):
+    """The server maps regions: a mapping touched past the end of its shrunk object
+    raises SIGBUS, which would kill the server. Inputs and outputs alike are refused
+    instead, and the same regions serve again once the objects are whole."""
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs, input_key = regions("cut_in", 128)
+    outputs, output_key = regions("cut_out", 128)
+    shm.set_shared_memory_region(inputs, [a, a])
+    client.register_system_shared_memory("cut_in", input_key, 128)
+    client.register_system_shared_memory("cut_out", output_key, 128)
+
+    def infer():
+        return client.infer(
+            "simple",
+            [shm_input(protocol, "INPUT0", [1, 16], "INT32", "cut_in", 64),
+             shm_input(protocol, "INPUT1", [1, 16], "INT32", "cut_in", 64, offset=64)],
+            outputs=[shm_output(protocol, "OUTPUT0", "cut_out", 64),
+                     shm_output(protocol, "OUTPUT1", "cut_out", 64, offset=64)],
+        )  # fmt: skip
+
+    os.truncate("/dev/shm" + input_key, 0)
+    expect_error(infer, protocol, "invalid", "cut_in", "was it truncated?")
+    os.truncate("/dev/shm" + input_key, 128)  # whole again, its bytes now zeros
+    os.truncate("/dev/shm" + output_key, 0)
+    expect_error(infer, protocol, "invalid", "cut_out", "was it truncated?")
+    os.truncate("/dev/shm" + output_key, 128)
+    shm.set_shared_memory_region(inputs, [a, a])
+    assert client.is_server_live()
+    infer()
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.int32, [1, 16]), a + a)
 
 
 def test_shared_memory_beside_ordinary_tensors(client, protocol, regions):

@@ -13,6 +13,7 @@ import pytest
 
 from accel_base.datatypes import serialize_bytes
 from accel_base.errors import InvalidArgument, PermissionDenied
+from gateway.core import shared_memory_window
 from gateway.core.inference import InferResponse, RequestedOutput, Tensor
 from gateway.core.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRegistry
 
@@ -163,15 +164,43 @@ def test_input_is_read_from_the_region(registry, shm_object):
 
 
 def test_a_truncated_object_is_a_400_not_a_crash(registry, shm_object):
-    """A mapping read past the end of a shrunk file raises SIGBUS; a read does not."""
+    """The window is mapped, and a mapping touched past the end of a shrunk file raises
+    SIGBUS: the guarded copy turns it into a 400, for inputs and outputs alike."""
     key, client = shm_object(4096)
     registry.register("r", key, 0, 4096)
+    assert registry._regions["r"]._window.mapped  # the extension was built (setup.py)
     os.truncate(SHM + key, 0)
     with pytest.raises(InvalidArgument, match="ends before .* was it truncated"):
         registry.input_array("input 'x'", "FP32", (4,), params("r", 16, 64))
     targets = registry.output_targets([RequestedOutput("y", params("r", 16))])
     response = InferResponse("m", "1", outputs=[Tensor("y", "FP32", np.ones(4, np.float32))])
-    registry.write_outputs(targets, response)  # a write past the end grows the file instead
+    with pytest.raises(InvalidArgument, match="ends before 16 bytes; was it truncated"):
+        registry.write_outputs(targets, response)
+    registry.release_targets(targets)
+    assert os.path.getsize(SHM + key) == 0
+    os.truncate(SHM + key, 4096)  # grown again: the same mapping serves
+    assert registry.input_array("input 'x'", "FP32", (4,), params("r", 16)).tolist() == [0] * 4
+
+
+def test_without_the_extension_a_truncated_object_is_read_short_and_written_longer(
+    registry, shm_object, monkeypatch
+):
+    """pread/pwrite, where the guarded copy was not built: a short read is the 400, and a
+    write past the end grows the file instead."""
+    monkeypatch.setattr(shared_memory_window, "guarded_copy", None)
+    key, client = shm_object(4096)
+    registry.register("r", key, 0, 4096)
+    assert not registry._regions["r"]._window.mapped
+    client[64:80] = np.arange(4, dtype=np.float32).tobytes()
+    assert registry.input_array("input 'x'", "FP32", (4,), params("r", 16, 64)).tolist() == [
+        0, 1, 2, 3
+    ]  # fmt: skip
+    os.truncate(SHM + key, 0)
+    with pytest.raises(InvalidArgument, match="ends before .* was it truncated"):
+        registry.input_array("input 'x'", "FP32", (4,), params("r", 16, 64))
+    targets = registry.output_targets([RequestedOutput("y", params("r", 16))])
+    response = InferResponse("m", "1", outputs=[Tensor("y", "FP32", np.ones(4, np.float32))])
+    registry.write_outputs(targets, response)
     registry.release_targets(targets)
     assert os.path.getsize(SHM + key) == 16
 
