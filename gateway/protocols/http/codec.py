@@ -235,6 +235,17 @@ def decode_request(
 
 def encode_response(response: InferResponse, request: InferRequest) -> tuple[bytes, int | None]:
     """The response body and, when binary outputs follow the JSON, the JSON's length."""
+    header, blobs = encode_response_pieces(response, request)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def encode_response_pieces(
+    response: InferResponse, request: InferRequest
+) -> tuple[bytes, list[bytes | memoryview]]:
+    """The response's JSON, and the binary outputs that follow it (a large one a view of
+    its array, for a writer that sends the pieces without joining them)."""
     binary_default = bool(request.parameters.get("binary_data_output", False))
     wants_binary = {}  # (a loop: a comprehension is a call of its own in 3.11)
     for o in request.outputs:
@@ -254,7 +265,7 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
             outputs.append(entry)
             continue
         if binary:
-            blob = raw_view(tensor.data, tensor.datatype)  # the join below copies it
+            blob = raw_view(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
@@ -269,10 +280,7 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
         header["id"] = response.id
     if response.parameters:
         header["parameters"] = response.parameters
-    header_bytes = orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
-    if not blobs:
-        return header_bytes, None
-    return b"".join([header_bytes, *blobs]), len(header_bytes)
+    return orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY), blobs
 
 
 def _json_data(tensor: Tensor) -> Any:

@@ -139,11 +139,15 @@ class DirectCycle:
         protocol = self.protocol
         body = reply.body
         size = body.nbytes if isinstance(body, memoryview) else len(body)
+        for piece in reply.tail:
+            size += piece.nbytes if isinstance(piece, memoryview) else len(piece)
         head = head_bytes(reply.status, reply.headers, size, not self.keep_alive)
         self.response_started = True
         transport = protocol.transport
         if size >= VECTORED_BYTES:
-            transport.writelines((head, body))
+            transport.writelines((head, body, *reply.tail))
+        elif reply.tail:
+            transport.write(b"".join((head, body, *reply.tail)))
         else:
             transport.write(head + body if body else head)
         self._complete()

@@ -24,7 +24,7 @@ from gateway.core.routing.router import VARIANT_HEADER, VARIANT_PARAMETER
 from gateway.operation.log_settings import Occasional
 from gateway.operation.tracing.tracer import traced
 from gateway.protocols.http.body import read_body
-from gateway.protocols.http.codec import HEADER_LENGTH, decode_request, encode_response
+from gateway.protocols.http.codec import HEADER_LENGTH, decode_request, encode_response_pieces
 from gateway.protocols.http.compression import choose_encoding, compress, decompress
 from gateway.protocols.http.early_refusal import ADMITTED, COUNTED
 from gateway.protocols.http.route import DirectRequest, Reply
@@ -83,7 +83,7 @@ async def respond(send: Send, status: int, body: bytes, headers: list[tuple[byte
 async def send_reply(send: Send, reply: Reply) -> None:
     """`reply` over ASGI: a streamed one (`more`) as the chunks of one body."""
     if reply.more is None:
-        await respond(send, reply.status, bytes(reply.body), reply.headers)
+        await respond(send, reply.status, reply.whole(), reply.headers)
         return
     try:
         await send(
@@ -145,26 +145,27 @@ async def infer_reply(
     trace = core.tracing.start(request, "http", started, request.header) if started else None
     if trace is None:
         response = await core.infer(request)
-        payload, json_length = encode_response(response, request)
+        payload, blobs = encode_response_pieces(response, request)
     else:
-        response, (payload, json_length) = await traced(
-            trace, core.infer(request), lambda answer: encode_response(answer, request)
+        response, (payload, blobs) = await traced(
+            trace, core.infer(request), lambda answer: encode_response_pieces(answer, request)
         )
     reply_headers = []
     variant = response.parameters.get(VARIANT_PARAMETER)
     if variant is not None:  # a router answered: which of its variants did
         reply_headers.append((VARIANT_HEADER, str(variant).encode()))
-    if json_length is None:
+    if not blobs:
         reply_headers.append((b"content-type", b"application/json"))
     else:
         reply_headers.append((b"content-type", b"application/octet-stream"))
-        reply_headers.append((_HEADER_LENGTH, str(json_length).encode()))
+        reply_headers.append((_HEADER_LENGTH, str(len(payload)).encode()))
     accept = headers.get(b"accept-encoding")
     chosen = choose_encoding(accept.decode("latin-1")) if accept else None
     if chosen is not None:
-        payload = compress(payload, chosen)
+        payload = compress(b"".join([payload, *blobs]), chosen)
         reply_headers.append((b"content-encoding", chosen.encode()))
-    return Reply(200, reply_headers, payload)
+        blobs = []
+    return Reply(200, reply_headers, payload, tail=tuple(blobs))
 
 
 async def serve_infer(

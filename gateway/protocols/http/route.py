@@ -37,6 +37,13 @@ class Reply:
     # The rest of a streamed answer, chunk by chunk (chunked transfer; `body` is the
     # first chunk). Closed by whoever writes the reply, however the writing ends.
     more: Chunks | None = None
+    # Pieces of the body after `body`, sent without being joined to it (a large binary
+    # output's bytes, a view of its array). Never with `more`.
+    tail: tuple[bytes | memoryview, ...] = ()
+
+    def whole(self) -> bytes:
+        """The body (not streamed) in one piece."""
+        return b"".join((self.body, *self.tail)) if self.tail else bytes(self.body)
 
 
 class DirectRequest(Protocol):

@@ -7,7 +7,7 @@ import pytest
 
 from accel_base.errors import InvalidArgument
 from gateway.core.inference import InferResponse, Tensor
-from gateway.protocols.http.codec import decode_request, encode_response
+from gateway.protocols.http.codec import decode_request, encode_response, encode_response_pieces
 
 
 def binary_body(header: dict, *blobs: bytes) -> tuple[bytes, int]:
@@ -100,6 +100,22 @@ def test_encode_json_and_binary_outputs():
     assert header["outputs"][0]["parameters"] == {"binary_data_size": 8}
     assert np.isnan(header["outputs"][1]["data"][0]) and header["outputs"][1]["data"][1] == 1.5
     assert np.frombuffer(body[length:], dtype=np.int32).tolist() == [1, 2]
+
+
+def test_a_large_binary_output_stays_a_view_of_its_array():
+    request = decode_request(
+        json.dumps({"inputs": [], "parameters": {"binary_data_output": True}}).encode(),
+        None,
+        "m",
+        "",
+    )
+    large = np.arange(50_000, dtype=np.float32)
+    small = np.int32([1, 2])
+    response = response_for(Tensor("a", "FP32", large), Tensor("b", "INT32", small))
+    header, blobs = encode_response_pieces(response, request)
+    assert isinstance(blobs[0], memoryview) and np.shares_memory(np.asarray(blobs[0]), large)
+    assert blobs[1] == small.tobytes()
+    assert encode_response(response, request) == (b"".join([header, *blobs]), len(header))
 
 
 def test_encode_all_json_has_no_binary_part():
