@@ -49,9 +49,16 @@ ARG EXTRA_PACKAGES
 ENV PATH=/opt/venv/bin:${PATH}
 # After the ARGs and ENVs: hadolint 2.15 forgets a SHELL that an ARG or ENV follows.
 SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+# gcc builds the one C module (accel_base/_guarded_copy.c: shared memory through a guarded
+# mapping); where it cannot be built (no Python headers), pread/pwrite serve instead. The
+# compiler stays in this stage. The base image's tag pins the release (DL3008).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN python3.11 -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY accel_base ./accel_base
 COPY workers ./workers
 COPY gateway ./gateway

@@ -16,18 +16,21 @@
 
 /* volatile, and fenced below: the compiler must not drop or move the stores around the
  * memcpy, which it knows does not read them. */
-static __thread sigjmp_buf *volatile guard = NULL;
+/* initial-exec: read in the handler without __tls_get_addr, which may allocate. */
+static __thread __attribute__((tls_model("initial-exec"))) sigjmp_buf *volatile guard = NULL;
 static struct sigaction previous;
 
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
     sigjmp_buf *target = guard;
-    (void)info;
     (void)context;
     if (target != NULL) {
         guard = NULL;
         siglongjmp(*target, 1); /* restores the mask saved by sigsetjmp(.., 1) */
     }
     sigaction(sig, &previous, NULL);
+    if (info != NULL && info->si_code <= 0) {
+        raise(sig); /* sent, not a fault: it would not come again by itself */
+    }
 }
 
 static PyObject *copy(PyObject *module, PyObject *args) {
@@ -71,7 +74,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_guarded_copy",
     "memcpy guarded against SIGBUS, for mappings of files another process may shrink.",
-    -1, methods,
+    -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__guarded_copy(void) {

@@ -8,6 +8,7 @@ BYTES elements are numpy object arrays of `bytes`.
 from __future__ import annotations
 
 import json
+import mmap
 import struct
 from typing import Any
 
@@ -122,15 +123,27 @@ VIEW_FROM_BYTES = 64 * 1024
 
 def raw_view(array: np.ndarray, datatype: str) -> bytes | memoryview:
     """to_raw without its copy where the array holds its wire bytes already: a view that
-    keeps the array alive, for a caller that copies the bytes on (a large tensor's
-    response body is then copied once, not twice)."""
+    keeps the array alive, which a writer may hand to the socket as it is (a backend's
+    outputs are its callers' once `run` returns: backends/base.py). Memory shared with
+    another process (a worker's output arena) is copied: a slow client must not hold it."""
     if (
         datatype == "BYTES"
         or array.nbytes < VIEW_FROM_BYTES
         or array.dtype != WIRE_DTYPES[datatype]
+        or _mapped(array)
     ):
         return to_raw(array, datatype)
     return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+def _mapped(array: np.ndarray) -> bool:
+    """Whether the array's memory is a mapping (an mmap, or a buffer over one)."""
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, mmap.mmap)
 
 
 def deserialize_bytes(

@@ -75,7 +75,9 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, inputs: dict[str, np.ndarray], output_names: list[str]) -> dict[str, np.ndarray]:
-        """Run one batch. BF16 tensors are uint16 bit patterns, BYTES are object arrays."""
+        """Run one batch. BF16 tensors are uint16 bit patterns, BYTES are object arrays.
+        The outputs are the caller's from then on: a backend never writes into an array
+        it returned (a response sends large outputs as they are, after `run` is over)."""
 
     def completed_config(self) -> mc.ModelConfig | None:
         """The config as the backend completed it at load, where it did (a Python model's

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from accel_base.datatypes import VIEW_FROM_BYTES, raw_view
+from accel_base.errors import PayloadTooLarge
 from accel_base.proto import grpc_service_pb2 as pb
 from gateway.core.inference import InferResponse
 from gateway.core.shared_memory import REGION as SHM_REGION
@@ -21,6 +22,7 @@ from gateway.protocols.grpc.codec import response_header
 
 RAW_INPUT = 7  # ModelInferRequest.raw_input_contents
 RAW_OUTPUT_KEY = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents, length-delimited
+MAX_MESSAGE = 2**31  # protobuf's bound on a message, which serializing checked
 
 Buffers = list[bytes | memoryview]
 
@@ -37,16 +39,22 @@ class SplitRequest(NamedTuple):
         return self.message.model_name
 
 
+# A real request has a few top-level fields an input; past this many, the walk (Python,
+# per field) would cost more than protobuf's copy: protobuf reads the message whole.
+MAX_FIELDS = 512
+
+
 def split_request(message: bytes) -> SplitRequest:
-    """Split unless the message is small, or one this walk does not take apart (protobuf
-    then reads it whole, and names its errors)."""
+    """Split unless the message is small, holds no raw contents, or is one this walk does
+    not take apart (protobuf then reads it whole, and names its errors)."""
     if len(message) < VIEW_FROM_BYTES:
         return SplitRequest(pb.ModelInferRequest.FromString(message), None)
     view = memoryview(message)
-    rest: list[memoryview] = []
+    rest: list[memoryview] = []  # the spans between raw contents
     raws: list[memoryview] = []
-    position, end = 0, len(view)
-    while position < end:
+    position, end, span, fields = 0, len(view), 0, 0
+    while position < end and fields < MAX_FIELDS:
+        fields += 1
         start = position
         key, position = _varint(view, position)
         kind = key & 7
@@ -55,18 +63,17 @@ def split_request(message: bytes) -> SplitRequest:
             if length < 0 or position + length > end:
                 break
             if key >> 3 == RAW_INPUT:
+                rest.append(view[span:start])
                 raws.append(view[position : position + length])
-            else:
-                rest.append(view[start : position + length])
+                span = position + length
             position += length
         elif kind == 0 and key >= 0:
             _, position = _varint(view, position)
-            rest.append(view[start:position])
         else:  # fixed-size, group or malformed: protobuf reads it (or says what is wrong)
-            position = -1
             break
-    if position != end:
+    if position != end or not raws:
         return SplitRequest(pb.ModelInferRequest.FromString(message), None)
+    rest.append(view[span:end])
     return SplitRequest(pb.ModelInferRequest.FromString(b"".join(rest)), raws)
 
 
@@ -89,6 +96,12 @@ def response_pieces(response: InferResponse) -> Buffers:
     Large outputs stay views of their arrays; a small response is one piece."""
     message = response_header(response)
     pieces: Buffers = [message.SerializeToString()]
+    size = len(pieces[0]) + sum(tensor.data.nbytes for tensor in response.outputs)
+    if size >= MAX_MESSAGE:  # (BYTES outputs are counted as their pointers: a floor)
+        raise PayloadTooLarge(
+            f"the response is at least {size} bytes, past the {MAX_MESSAGE - 1} a gRPC "
+            "message can hold; request fewer outputs, or ask for them over HTTP"
+        )
     small = bytearray()
     for tensor in response.outputs:
         raw = b"" if SHM_REGION in tensor.parameters else raw_view(tensor.data, tensor.datatype)

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
 
+from accel_base.errors import PayloadTooLarge
 from accel_base.proto import grpc_service_pb2 as pb
 from gateway.core.inference import InferResponse, Tensor
 from gateway.core.shared_memory import BYTE_SIZE, REGION
 from gateway.protocols.grpc.codec import decode_request, encode_response
-from gateway.protocols.grpc.raw_fields import response_pieces, split_request
+from gateway.protocols.grpc.raw_fields import MAX_FIELDS, response_pieces, split_request
 
 LARGE = np.arange(50_000, dtype=np.float32)  # 200,000 bytes: over the view threshold
 
@@ -79,6 +80,31 @@ def test_a_field_the_walk_does_not_take_apart_leaves_the_message_to_protobuf():
     split = split_request(wire)
     assert split.raw is None
     assert list(split.message.raw_input_contents) == list(message.raw_input_contents)
+
+
+def test_a_message_of_many_tiny_fields_is_left_to_protobuf_after_a_bounded_walk():
+    """2-byte fields made the per-field Python walk cost ~150x protobuf's parse: past
+    MAX_FIELDS fields it stops, and protobuf reads the message whole."""
+    message = _request()
+    tiny = b"\x50\x00"  # an unknown varint field (10), two bytes
+    walked = split_request(message.SerializeToString() + tiny * (MAX_FIELDS - 10))
+    assert walked.raw is not None  # under the bound: split as usual
+    wire = message.SerializeToString() + tiny * 200_000
+    split = split_request(wire)
+    assert split.raw is None
+    assert list(split.message.raw_input_contents) == list(message.raw_input_contents)
+
+
+def test_a_large_message_without_raw_contents_is_parsed_whole():
+    message = pb.ModelInferRequest(model_name="m", id="x" * 100_000)
+    split = split_request(message.SerializeToString())
+    assert split.raw is None and split.message == message
+
+
+def test_a_response_past_what_a_message_holds_is_refused_before_it_is_built():
+    huge = np.broadcast_to(np.float32(0), (2**29 + 1,))  # 2 GiB of FP32, no memory behind
+    with pytest.raises(PayloadTooLarge, match="past the 2147483647 a gRPC message can hold"):
+        response_pieces(_response(Tensor("y", "FP32", huge)))
 
 
 def _response(*tensors: Tensor) -> InferResponse:
