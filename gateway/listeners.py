@@ -19,6 +19,7 @@ from gateway.protocols.grpc.listener import GatewayGrpc, GrpcioGrpc
 from gateway.protocols.http.app import create_app
 from gateway.protocols.http.direct import DirectPath, direct_protocol
 from gateway.protocols.http.early_refusal import protocol_for
+from gateway.protocols.http.generate import with_generate_route
 from gateway.protocols.http.infer_route import InferRoute, with_infer_route
 from gateway.protocols.http.timeouts import timed_protocol
 
@@ -148,7 +149,11 @@ class Listeners:
         app = create_app(self.core, options.max_body_bytes)
         route = InferRoute(self.core, options.max_body_bytes)
         self.http = uvicorn_server(
-            with_infer_route(app, self.core, options.max_body_bytes), options.limits, context,
+            with_infer_route(
+                with_generate_route(app, self.core, options.max_body_bytes), self.core,
+                options.max_body_bytes,
+            ),
+            options.limits, context,
             getattr(self.core, "shedder", None),
             DirectPath(route, options.max_body_bytes, InferRoute.PREFIXES),
         )  # fmt: skip

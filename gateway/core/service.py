@@ -46,6 +46,7 @@ ACCESS = logging.getLogger("accel_gateway.access")
 # Only extensions this server implements in full are advertised.
 EXTENSIONS = (
     "binary_tensor_data",
+    "generate",
     "logging",
     "statistics",
     "model_configuration",

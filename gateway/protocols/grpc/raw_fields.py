@@ -18,7 +18,7 @@ from accel_base.errors import PayloadTooLarge
 from accel_base.proto import grpc_service_pb2 as pb
 from gateway.core.inference import InferResponse
 from gateway.core.shared_memory import REGION as SHM_REGION
-from gateway.protocols.grpc.codec import response_header
+from gateway.protocols.grpc.codec import encode_response, response_header
 
 RAW_INPUT = 7  # ModelInferRequest.raw_input_contents
 RAW_OUTPUT_KEY = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents, length-delimited
@@ -94,9 +94,12 @@ def response_pieces(response: InferResponse) -> Buffers:
     """A ModelInferResponse's wire bytes: the message less its raw contents, then each raw
     content (empty for an output written to shared memory) as its key, length and bytes.
     Large outputs stay views of their arrays; a small response is one piece."""
+    sizes = [tensor.data.nbytes for tensor in response.outputs]
+    if not sizes or max(sizes) < VIEW_FROM_BYTES:  # all small: protobuf's way, one piece
+        return [encode_response(response).SerializeToString()]
     message = response_header(response)
     pieces: Buffers = [message.SerializeToString()]
-    size = len(pieces[0]) + sum(tensor.data.nbytes for tensor in response.outputs)
+    size = len(pieces[0]) + sum(sizes)
     if size >= MAX_MESSAGE:  # (BYTES outputs are counted as their pointers: a floor)
         raise PayloadTooLarge(
             f"the response is at least {size} bytes, past the {MAX_MESSAGE - 1} a gRPC "

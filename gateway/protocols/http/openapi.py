@@ -119,6 +119,22 @@ def _infer() -> Schema:
     return {"post": operation}
 
 
+def _generate(stream: bool) -> Schema:
+    """Triton's generate extension (gateway/protocols/http/generate.py)."""
+    body = {"type": "object", "description": "Inputs by name, `parameters`, scalar parameters."}
+    answer = {"type": "object", "required": ["model_name", "model_version"]}
+    ok = {
+        "description": "One `data:` event a response" if stream else "The outputs by name.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}}
+        if stream
+        else _json(answer),
+    }
+    summary = "Generate, a response an event (SSE)" if stream else "Generate: one response"
+    failed = _error("The model's backend failed on this request.")
+    errors = [("400", _BAD), ("404", _NOT_FOUND), ("413", _TOO_LARGE), ("500", failed)]
+    return _post(summary, ok, body, *errors, ("503", _NOT_READY))
+
+
 def _answer(description: str, schema: str) -> Schema:
     return {"description": description, "content": _json(ref(schema))}
 
@@ -206,6 +222,8 @@ def _paths() -> dict[str, Schema]:
             _get("Model statistics", _answer("Its counts.", "ModelStatistics"), *model_errors),
         ),
         **_model_routes("/infer", _infer()),
+        **_model_routes("/generate", _generate(stream=False)),
+        **_model_routes("/generate_stream", _generate(stream=True)),
         "/v2/repository/index": _post(
             "The models of the repository and their states",
             _answer("One row per model version.", "RepositoryIndex"),

@@ -12,6 +12,7 @@ from gateway.core.repository import ModelRepository
 from gateway.core.service import InferenceCore
 from gateway.launch import start_gateway
 from gateway.protocols.http.app import create_app
+from gateway.protocols.http.generate import GENERATE_PATH
 from gateway.protocols.http.infer_route import _INFER_PATH
 from gateway.protocols.http.openapi import OPENAPI_PATH, openapi_document
 from models import simple
@@ -19,6 +20,11 @@ from models import simple
 INFER = {
     ("POST", "/v2/models/{name}/infer"),
     ("POST", "/v2/models/{name}/versions/{version}/infer"),
+}
+GENERATE = {
+    ("POST", f"/v2/models/{{name}}{version}/{route}")
+    for version in ("", "/versions/{version}")
+    for route in ("generate", "generate_stream")
 }
 
 
@@ -38,10 +44,13 @@ def test_every_served_route_is_documented_and_nothing_else(tmp_path):
         if isinstance(route, APIRoute)
         for method in route.methods
     }
-    assert documented() == served | INFER
-    # The infer routes are served in front of FastAPI, by a pattern: both forms match it.
+    assert documented() == served | INFER | GENERATE
+    # The infer and generate routes are served in front of FastAPI, by a pattern each: every
+    # form matches its own.
     for _, path in INFER:
         assert _INFER_PATH.fullmatch(path.format(name="m", version="1"))
+    for _, path in GENERATE:
+        assert GENERATE_PATH.fullmatch(path.format(name="m", version="1"))
     # FastAPI's own document and pages, which would describe only part of the API, are off.
     assert app.openapi_url is None and app.docs_url is None and app.redoc_url is None
 
