@@ -19,10 +19,12 @@ model's stream, which cancels the request.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import numpy as np
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -36,6 +38,7 @@ from gateway.protocols.http.infer_route import (
     answer_errors,
     check_shedder,
     disconnect_probe,
+    failure_reply,
     respond,
     send_reply,
 )
@@ -62,8 +65,10 @@ def generate_request(body: Any, metadata: dict[str, Any], name: str, version: st
             if not isinstance(value, dict):
                 raise InvalidArgument(f"'parameters' must be a JSON object, got {brief(value)}")
             for parameter, setting in value.items():
+                _once(parameters, parameter)
                 parameters[parameter] = _scalar(setting, f"parameter {parameter!r}")
         else:
+            _once(parameters, key)
             parameters[key] = _scalar(
                 value, f"{key!r} (neither an input of model '{name}', which takes "
                 f"{', '.join(inputs_meta) or 'none'}, nor a scalar parameter)"
@@ -73,8 +78,15 @@ def generate_request(body: Any, metadata: dict[str, Any], name: str, version: st
     )
 
 
+def _once(parameters: dict[str, Any], key: str) -> None:
+    if key in parameters:
+        raise InvalidArgument(
+            f"parameter {key!r} is given twice, at the top level and in 'parameters'; give it once"
+        )
+
+
 def _scalar(value: Any, what: str) -> str | int | float | bool:
-    if not isinstance(value, str | int | float | bool) or value is None:
+    if not isinstance(value, str | int | float | bool):
         raise InvalidArgument(f"{what} must be a string, number or boolean, got {brief(value)}")
     return value
 
@@ -118,25 +130,26 @@ def generate_answer(response: InferResponse) -> bytes:
 
 
 def _value(tensor: Tensor) -> Any:
+    """An output's JSON value: one element as a scalar, else nested as its shape; BYTES
+    as text, BF16 as numbers, NaN and Infinity written as Triton writes them."""
     data = tensor.data
     if tensor.datatype == "BYTES":
         try:
-            values = [item.decode() for item in data.reshape(-1)]
+            text = [e.decode() if isinstance(e, bytes) else str(e) for e in data.reshape(-1)]
         except UnicodeDecodeError:
             raise InvalidArgument(
                 f"output '{tensor.name}' holds bytes that are not UTF-8 text, which generate "
-                "cannot answer; ask for it over v2/models/{name}/infer as binary data"
+                f"cannot answer; ask for it over v2/models/{{name}}/infer as binary data"
             ) from None
-        return values[0] if len(values) == 1 else _nest(values, data.shape)
-    if tensor.datatype == "BF16":
-        raise InvalidArgument(f"output '{tensor.name}' is BF16, which JSON cannot carry")
-    return data.reshape(-1)[0].item() if data.size == 1 else data.tolist()
-
-
-def _nest(values: list, shape: tuple[int, ...]) -> Any:
-    for size in reversed(shape[1:]):
-        values = [values[i : i + size] for i in range(0, len(values), size)]
-    return values
+        data = np.array(text, dtype=object).reshape(data.shape)
+    elif tensor.datatype == "BF16":  # uint16 bit patterns: the high half of an FP32
+        data = (data.astype(np.uint32) << 16).view(np.float32)
+    value = data.reshape(-1)[0] if data.size == 1 else data
+    value = value.item() if isinstance(value, np.generic) else value
+    value = value.tolist() if isinstance(value, np.ndarray) else value
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        return orjson.Fragment(json.dumps(value))  # orjson would write null
+    return value
 
 
 async def generate_reply(
@@ -155,23 +168,24 @@ async def generate_reply(
     responses = _answers(core.infer_stream(request))
     try:
         first = await anext(responses)
+        if not stream:
+            second = await anext(responses, None)
+            if second is not None:
+                raise InvalidArgument(
+                    f"model '{name}' sent more than one response, which generate cannot "
+                    "answer; use generate_stream"
+                )
+            return Reply(200, [JSON], generate_answer(first))
+        event = _event(first)
     except StopAsyncIteration:
         raise InvalidArgument(f"model '{name}' sent no response with outputs") from None
     except BaseException:
-        await responses.aclose()
+        await responses.aclose()  # the model's stream ends with the answer
         raise
-    if not stream:
-        try:
-            second = await anext(responses, None)
-        finally:
+    finally:
+        if not stream:
             await responses.aclose()
-        if second is not None:
-            raise InvalidArgument(
-                f"model '{name}' sent more than one response, which generate cannot "
-                "answer; use generate_stream"
-            )
-        return Reply(200, [JSON], generate_answer(first))
-    return Reply(200, [EVENTS, (b"cache-control", b"no-cache")], _event(first),
+    return Reply(200, [EVENTS, (b"cache-control", b"no-cache")], event,
                  _events(responses, client_gone))  # fmt: skip
 
 
@@ -201,8 +215,8 @@ async def _events(
             if client_gone is not None and client_gone():
                 return  # closing the model's stream cancels the request
             yield _event(response)
-    except GatewayError as exc:  # the status has gone: the error is the last event
-        yield b"data: " + orjson.dumps({"error": exc.message}) + b"\n\n"
+    except Exception as exc:  # the status has gone: the error is the last event
+        yield b"data: " + bytes(failure_reply(exc, "generate_stream").body) + b"\n\n"
     finally:
         await responses.aclose()  # type: ignore[attr-defined]
 

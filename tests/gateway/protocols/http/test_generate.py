@@ -47,6 +47,7 @@ def test_inputs_parameters_and_other_keys():
         ({"prompt_list": ["a"]}, "neither an input of model 'lm', which takes text_input"),
         ({"parameters": {"top_k": [1]}}, "parameter 'top_k' must be a string, number or"),
         ({"parameters": 3}, "'parameters' must be a JSON object"),
+        ({"seed": 1, "parameters": {"seed": 2}}, "parameter 'seed' is given twice"),
     ],
 )
 def test_bad_bodies_are_refused_with_what_was_expected(body, message):
@@ -90,3 +91,31 @@ def test_an_error_after_the_first_event_is_the_last_event():
         b'data: {"model_name":"lm","model_version":"1","n":1}\n\n',
         b'data: {"error":"the model gave up"}\n\n',
     ]
+
+
+def test_non_finite_bf16_and_empty_outputs_are_written_as_the_infer_route_writes_them():
+    bf16 = (np.float32([1.5, -2.0]).view(np.uint32) >> 16).astype(np.uint16)
+    response = InferResponse(
+        "lm", "1",
+        outputs=[Tensor("x", "FP32", np.float32([np.nan, np.inf])),
+                 Tensor("b", "BF16", bf16),
+                 Tensor("none", "BYTES", np.empty((2, 0), dtype=object)),
+                 Tensor("s", "BYTES", np.array(["already text"], dtype=object))],
+    )  # fmt: skip
+    assert generate_answer(response) == (
+        b'{"model_name":"lm","model_version":"1","x":[NaN, Infinity],"b":[1.5,-2.0],'
+        b'"none":[[],[]],"s":"already text"}'
+    )
+
+
+def test_any_failure_after_the_first_event_is_the_last_event():
+    async def responses():
+        yield InferResponse("lm", "1", outputs=[Tensor("n", "INT32", np.int32([1]))])
+        raise RuntimeError("a bug of ours")
+
+    async def events() -> list[bytes]:
+        return [event async for event in _events(responses(), None)]
+
+    assert asyncio.run(events())[-1] == (
+        b'data: {"error":"internal error: RuntimeError: a bug of ours"}\n\n'
+    )
