@@ -43,6 +43,12 @@ class Window:
         os.close(fd)
         self._fd = -1
 
+    def _reaches(self, end: int) -> bool:
+        """Whether the object still holds the window up to `end`: a page cut short by a
+        truncation reads zeros past the file's end, and takes writes that vanish, where
+        only whole pages gone fault."""
+        return self.file_size() >= self._offset + end
+
     def file_size(self) -> int:
         """The object's size now (a mapping's size() is its file's, through its own
         descriptor)."""
@@ -56,7 +62,8 @@ class Window:
         """Fill `buffer` (bytes) from `at`; False if the object ends before its end."""
         if self._view is not None:
             with self._view[at : at + len(buffer)] as source:
-                return guarded_copy(buffer, source)
+                copied = guarded_copy(buffer, source)
+            return copied and self._reaches(at + len(buffer))
         done = 0
         while done < len(buffer):
             got = os.preadv(self._fd, [buffer[done:]], self._offset + at + done)
@@ -70,7 +77,8 @@ class Window:
         (only a mapping notices: pwrite grows the object again). OSError: /dev/shm full."""
         if self._view is not None:
             with self._view[at : at + len(buffer)] as target:
-                return guarded_copy(target, buffer)
+                copied = guarded_copy(target, buffer)
+            return copied and self._reaches(at + len(buffer))
         done = 0
         while done < len(buffer):
             done += os.pwritev(self._fd, [buffer[done:]], self._offset + at + done)

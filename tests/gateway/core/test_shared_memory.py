@@ -182,6 +182,21 @@ def test_a_truncated_object_is_a_400_not_a_crash(registry, shm_object):
     assert registry.input_array("input 'x'", "FP32", (4,), params("r", 16)).tolist() == [0] * 4
 
 
+def test_an_object_cut_inside_a_page_is_a_400_too(registry, shm_object):
+    """Past the end of a file but inside its last page, a mapping reads zeros and takes
+    writes that vanish, without SIGBUS: the size is checked after each copy."""
+    key, client = shm_object(8192)
+    registry.register("r", key, 0, 8192)
+    os.truncate(SHM + key, 4100)  # page 2 ends at 4100 now
+    with pytest.raises(InvalidArgument, match="ends before 4112 bytes; was it truncated"):
+        registry.input_array("input 'x'", "FP32", (4,), params("r", 16, 4096))
+    targets = registry.output_targets([RequestedOutput("y", params("r", 16, 4096))])
+    response = InferResponse("m", "1", outputs=[Tensor("y", "FP32", np.ones(4, np.float32))])
+    with pytest.raises(InvalidArgument, match="ends before 4112 bytes; was it truncated"):
+        registry.write_outputs(targets, response)
+    registry.release_targets(targets)
+
+
 def test_without_the_extension_a_truncated_object_is_read_short_and_written_longer(
     registry, shm_object, monkeypatch
 ):
