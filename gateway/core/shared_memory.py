@@ -67,12 +67,12 @@ class Region:
     def write(self, data: np.ndarray, offset: int) -> None:
         """Write the bytes of a contiguous array at `offset` in the window."""
         buffer = memoryview(data.reshape(-1).view(np.uint8))
+        window = self._open()
+        end = self.offset + offset + len(buffer)
         try:
-            window = self._open()
             if window.write_from(buffer, offset):
                 return
-            end = self.offset + offset + len(buffer)
-            if window.file_size() >= end:  # a page of tmpfs it could not allocate
+            if window.file_size() >= end:  # whole, so a page tmpfs could not allocate
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError as exc:  # ENOSPC: /dev/shm is full
             raise Unavailable(f"cannot write into region {self.name!r}: {exc.strerror}") from None

@@ -43,11 +43,15 @@ class Window:
         os.close(fd)
         self._fd = -1
 
-    def _reaches(self, end: int) -> bool:
-        """Whether the object still holds the window up to `end`: a page cut short by a
-        truncation reads zeros past the file's end, and takes writes that vanish, where
-        only whole pages gone fault."""
-        return self.file_size() >= self._offset + end
+    def _through_map(self, buffer: memoryview, at: int, inward: bool) -> bool:
+        """The guarded copy between `buffer` and the window at `at` (into the window if
+        `inward`); False on SIGBUS, or where the object no longer reaches the copy's end:
+        a page cut short by a truncation reads zeros past the file's end and takes writes
+        that vanish, where only whole pages gone fault."""
+        assert self._view is not None
+        with self._view[at : at + len(buffer)] as window:
+            copied = guarded_copy(window, buffer) if inward else guarded_copy(buffer, window)
+        return copied and self.file_size() >= self._offset + at + len(buffer)
 
     def file_size(self) -> int:
         """The object's size now (a mapping's size() is its file's, through its own
@@ -61,9 +65,7 @@ class Window:
     def read_into(self, buffer: memoryview, at: int) -> bool:
         """Fill `buffer` (bytes) from `at`; False if the object ends before its end."""
         if self._view is not None:
-            with self._view[at : at + len(buffer)] as source:
-                copied = guarded_copy(buffer, source)
-            return copied and self._reaches(at + len(buffer))
+            return self._through_map(buffer, at, inward=False)
         done = 0
         while done < len(buffer):
             got = os.preadv(self._fd, [buffer[done:]], self._offset + at + done)
@@ -76,9 +78,7 @@ class Window:
         """Write `buffer` (bytes) at `at`; False if the object no longer reaches its end
         (only a mapping notices: pwrite grows the object again). OSError: /dev/shm full."""
         if self._view is not None:
-            with self._view[at : at + len(buffer)] as target:
-                copied = guarded_copy(target, buffer)
-            return copied and self._reaches(at + len(buffer))
+            return self._through_map(buffer, at, inward=True)
         done = 0
         while done < len(buffer):
             done += os.pwritev(self._fd, [buffer[done:]], self._offset + at + done)

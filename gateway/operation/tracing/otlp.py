@@ -17,6 +17,8 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
+from accel_base.protobuf_wire import varint
+
 _FIXED64 = struct.Struct("<Q")
 _FIXED32 = struct.Struct("<I")
 _DOUBLE = struct.Struct("<d")
@@ -34,21 +36,6 @@ _KEY_VALUES_MAX = 4096
 # Only these types: equal values of them encode the same (not so 0.0 and -0.0, or the
 # tuples (1, 0) and (True, False)), with the type in the key as True == 1.
 _CACHED = frozenset({str, int, bool})
-
-
-def varint(value: int) -> bytes:
-    if not -(1 << 63) <= value < 1 << 64:
-        raise ValueError(f"{value} does not fit 64 bits")
-    if value < 0:  # int64: two's complement in ten bytes
-        value += 1 << 64
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:

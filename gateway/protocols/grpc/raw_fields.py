@@ -16,6 +16,7 @@ from typing import NamedTuple
 from accel_base.datatypes import VIEW_FROM_BYTES, raw_view
 from accel_base.errors import PayloadTooLarge
 from accel_base.proto import grpc_service_pb2 as pb
+from accel_base.protobuf_wire import varint
 from gateway.core.inference import InferResponse
 from gateway.core.shared_memory import REGION as SHM_REGION
 from gateway.protocols.grpc.codec import encode_response, response_header
@@ -108,7 +109,7 @@ def response_pieces(response: InferResponse) -> Buffers:
     small = bytearray()
     for tensor in response.outputs:
         raw = b"" if SHM_REGION in tensor.parameters else raw_view(tensor.data, tensor.datatype)
-        small += RAW_OUTPUT_KEY + _encode_varint(len(raw))
+        small += RAW_OUTPUT_KEY + varint(len(raw))
         if isinstance(raw, memoryview):  # a large tensor: its own piece, never copied here
             pieces.append(bytes(small))
             pieces.append(raw)
@@ -120,12 +121,3 @@ def response_pieces(response: InferResponse) -> Buffers:
     if small:
         pieces.append(bytes(small))
     return pieces
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

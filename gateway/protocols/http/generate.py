@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from accel_base.datatypes import json_data
 from accel_base.errors import GatewayError, InvalidArgument
 from gateway.core.inference import InferRequest, InferResponse, Tensor
 from gateway.core.interface import Core
@@ -135,7 +136,7 @@ def _value(tensor: Tensor) -> Any:
     data = tensor.data
     if tensor.datatype == "BYTES":
         try:
-            text = [e.decode() if isinstance(e, bytes) else str(e) for e in data.reshape(-1)]
+            text = json_data(data.reshape(-1), "BYTES")
         except UnicodeDecodeError:
             raise InvalidArgument(
                 f"output '{tensor.name}' holds bytes that are not UTF-8 text, which generate "
